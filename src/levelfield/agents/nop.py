@@ -1,0 +1,17 @@
+"""The nop agent does nothing: a task that passes with it tests nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from levelfield.agents import AgentRun
+from levelfield.records import PhaseResult
+from levelfield.sandbox import Sandbox
+from levelfield.tasks import Task
+
+
+class NopAgent:
+    name = "nop"
+
+    def run(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentRun:
+        return AgentRun(PhaseResult(exit_code=0))

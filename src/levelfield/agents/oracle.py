@@ -1,0 +1,26 @@
+"""The oracle runs `solution/solve.sh`: it measures the environment, not a model."""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+
+from levelfield.agents import AgentRun
+from levelfield.errors import AgentError
+from levelfield.sandbox import Sandbox
+from levelfield.tasks import Task
+
+SOLVE = "bash /solution/solve.sh"
+
+
+class OracleAgent:
+    name = "oracle"
+
+    def run(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentRun:
+        if not task.has_solution:
+            missing = task.solution_dir / "solve.sh"
+            raise AgentError(f"{missing}: missing, the oracle has nothing to run")
+        box.copy_in(task.solution_dir, PurePosixPath("/solution"))
+        phase = box.exec(SOLVE, timeout_s=timeout_s, log_path=trial_dir / "agent.log")
+        step = {"command": SOLVE, "delay_s": 0.0, "exit_code": phase.exit_code,
+                "duration_s": round(phase.duration_s, 3)}
+        return AgentRun(phase, (step,))

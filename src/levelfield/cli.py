@@ -1,0 +1,196 @@
+"""The `levelfield` command: a thin typer layer, one library call per command."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from levelfield.config import RunConfig, load_run_config
+from levelfield.errors import InputError, LevelfieldError
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    help="Run agentic benchmarks under an explicit resource floor and ceiling, "
+    "with kernel-evidenced outcomes and honest error bars.",
+)
+tasks_app = typer.Typer(no_args_is_help=True, help="Inspect and validate task directories.")
+app.add_typer(tasks_app, name="tasks")
+# Tables are wide; piped output (CI logs, files) gets room instead of rich's default 80 columns.
+console = Console(width=None if Console().is_terminal else 200)
+err = Console(stderr=True)
+
+Dataset = Annotated[Path, typer.Argument(help="Directory of Harbor-format tasks (or one task).")]
+RunDir = Annotated[Path, typer.Argument(help="A run directory written by `levelfield run`.")]
+
+
+@app.command()
+def run(
+    dataset: Dataset,
+    out: Annotated[Path, typer.Option(help="Run directory; the same command resumes it.")],
+    agent: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="oracle, nop, replay:NAME (the task's trajectories/NAME.json) or replay:FILE."
+        ),
+    ] = None,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="strict (1x/1x), headroom (1x/3x), uncapped (1x/none), a multiplier (2.5x = "
+            "floor 1x, ceiling 2.5x) or FLOOR/CEILING. Repeat for several."
+        ),
+    ] = None,
+    floor: Annotated[
+        str | None, typer.Option(help="Floor on every resource: 1x, 4g, 2cpu.")
+    ] = None,
+    ceiling: Annotated[
+        str | None, typer.Option(help="Ceiling on every resource; none = uncapped.")
+    ] = None,
+    repeats: Annotated[int, typer.Option(min=1, help="Trials per task, agent and policy.")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="Trials in flight at once.")] = 1,
+    backend: Annotated[
+        str, typer.Option(help="process (cgroups + bubblewrap) or oci.")
+    ] = "process",
+    seed: Annotated[int, typer.Option(help="Seed of the interleaved trial order.")] = 0,
+    window: Annotated[
+        str, typer.Option(help="Label of this invocation's time window.")
+    ] = "default",
+    task: Annotated[list[str] | None, typer.Option(help="Only this task (repeatable).")] = None,
+    config: Annotated[Path | None, typer.Option(help="run.toml with the same keys.")] = None,
+) -> None:
+    """Run every task under each policy. Safe to interrupt: run the same command to resume."""
+    options = dict(
+        dataset=dataset,
+        out=out,
+        agents=agent,
+        policies=policy,
+        floor=floor,
+        ceiling=ceiling,
+        repeats=repeats,
+        concurrency=concurrency,
+        backend=backend,
+        seed=seed,
+        window=window,
+        task_names=task,
+    )
+    cfg = (
+        load_run_config(config, **options)
+        if config
+        else RunConfig.model_validate({k: v for k, v in options.items() if v is not None})
+    )
+    _execute(cfg)
+
+
+def _execute(cfg: RunConfig) -> None:
+    from levelfield.executor import run as run_trials
+    from levelfield.report.progress import TrialProgress
+    from levelfield.store import reading
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    with TrialProgress(err, concurrency=cfg.concurrency) as progress:
+        result = run_trials(cfg, on_plan=progress.plan, on_trial=progress.advance)
+    for problem in result.task_problems:
+        err.print(f"[yellow]skipped task[/] {problem.message}")
+    with reading(result.run_dir) as store:
+        err.print(
+            f"{result.executed} trials run, {store.count()} stored in {result.run_dir}; "
+            f"see `levelfield results {result.run_dir}`"
+        )
+
+
+def _interrupt(signum: int, frame: object) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+@app.command()
+def results(
+    run_dir: RunDir,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Every trial as JSON, evidence and telemetry included.")
+    ] = False,
+) -> None:
+    """One row per stored trial: outcome, reason, peak memory, throttling, durations."""
+    from levelfield.report.results import results_json, results_table
+    from levelfield.store import reading
+
+    with reading(run_dir) as store:
+        records = list(store.records())
+    if json_out:
+        typer.echo(results_json(records))
+    else:
+        console.print(results_table(records))
+
+
+@tasks_app.command("check")
+def tasks_check(
+    dataset: Dataset,
+    with_nop: Annotated[
+        bool, typer.Option(help="Also run the nop agent: a task it passes is broken.")
+    ] = False,
+    backend: Annotated[str, typer.Option(help="Backend for --with-nop.")] = "process",
+) -> None:
+    """Validate every task; list problems and warnings; exit 1 if any task has a problem."""
+    from levelfield.checks import check_dataset
+    from levelfield.report.checks import show_task_checks
+
+    report = check_dataset(dataset, with_nop=with_nop, backend=backend)
+    show_task_checks(console, report)
+    raise typer.Exit(1 if report.has_problems else 0)
+
+
+@app.command()
+def doctor() -> None:
+    """What this host can enforce: cgroups and controllers, bubblewrap, loop disks, engines."""
+    from levelfield.doctor import run_checks
+    from levelfield.report.checks import show_doctor
+
+    checks = run_checks()
+    show_doctor(console, checks)
+    raise typer.Exit(0 if all(c.ok for c in checks if c.needed_by == "process") else 1)
+
+
+@app.command()
+def reap(run_dir: RunDir, backend: Annotated[str, typer.Option()] = "process") -> None:
+    """Remove processes, cgroups and disks a killed run left (a resumed run does this itself)."""
+    from levelfield.sandbox import BackendOptions, get_backend
+    from levelfield.store import reading
+
+    with reading(run_dir) as store:
+        run_id = store.meta()["run_id"]
+    count = get_backend(backend, BackendOptions(run_id, run_dir.resolve())).reap(run_id)
+    console.print(f"reaped {count} leftovers of run {run_id}")
+
+
+def _register_optional_commands() -> None:
+    try:
+        from levelfield._cli_analysis import register
+    except ImportError:
+        return
+    register(app)
+
+
+_register_optional_commands()
+
+
+def main() -> None:
+    """Entry point: a LevelfieldError is a message and an exit code, not a traceback."""
+    try:
+        app()
+    except InputError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        sys.exit(2)
+    except LevelfieldError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        err.print(
+            "[yellow]interrupted[/]: finished trials are stored; run the same command to resume"
+        )
+        sys.exit(130)

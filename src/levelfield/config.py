@@ -1,0 +1,70 @@
+"""The run configuration: what `levelfield run` and `levelfield sweep` build from options or
+`--config run.toml`. Unknown keys are refused, so a misspelt setting cannot vanish."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from levelfield.errors import RunConfigError
+from levelfield.policy import Policy, policy_from_bounds, resolve_policy
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset: Path = Field(description="Directory of Harbor-format tasks (or one task).")
+    out: Path = Field(description="Run directory; the same command resumes it.")
+    agents: list[str] = Field(
+        default_factory=lambda: ["oracle"],
+        description="oracle, nop, replay:NAME or replay:/path/{task}.json.",
+    )
+    policies: list[str] = Field(
+        default_factory=lambda: ["strict"],
+        description="strict, headroom, uncapped, a multiplier (3x) or FLOOR/CEILING.",
+    )
+    floor: str | None = Field(
+        None, description="With ceiling: one ad-hoc policy on every resource."
+    )
+    ceiling: str | None = None
+    repeats: int = Field(1, ge=1)
+    concurrency: int = Field(1, ge=1)
+    backend: str = "process"
+    seed: int = Field(0, description="Seeds the interleaved trial order (recorded).")
+    window: str = Field("default", description="Label for this invocation's time window.")
+    task_names: list[str] | None = Field(None, description="Only these tasks of the dataset.")
+
+    @field_validator("agents", "policies")
+    @classmethod
+    def _not_empty(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("give at least one")
+        return value
+
+    def resolved_policies(self) -> list[Policy]:
+        if self.floor is not None or self.ceiling is not None:
+            return [policy_from_bounds(self.floor or "1x", self.ceiling)]
+        seen: dict[str, Policy] = {}
+        for text in self.policies:
+            for part in text.split(","):
+                policy = resolve_policy(part)
+                seen.setdefault(policy.name, policy)
+        return list(seen.values())
+
+    def resolved_agents(self) -> list[str]:
+        return list(dict.fromkeys(a.strip() for text in self.agents for a in text.split(",")))
+
+
+def load_run_config(path: Path, **overrides: object) -> RunConfig:
+    """A TOML file with the same keys as the options; options given on the command line win."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise RunConfigError(f"{path}: {exc}") from exc
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise RunConfigError(f"{path}: {exc}") from exc

@@ -1,0 +1,121 @@
+"""What this host can enforce: each mechanism tried for real, not guessed from files.
+
+Each check creates and removes what it tests (a cgroup, a bubblewrap namespace, a loop-mounted
+disk), so a green line means the process backend will work, not merely that a file exists.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from levelfield.errors import HostUnsupported
+from levelfield.sandbox import _cgroup
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    needed_by: str = "process"
+
+
+def run_checks() -> list[Check]:
+    return [_root(), *_cgroups(), _bwrap(), _loop_disk(), *_engines()]
+
+
+def _root() -> Check:
+    is_root = os.geteuid() == 0
+    return Check("root", is_root, "running as root" if is_root else "cgroups and mounts need root")
+
+
+def _cgroups() -> list[Check]:
+    try:
+        host = _cgroup.detect()
+    except HostUnsupported as exc:
+        return [Check("cgroups", False, str(exc))]
+    checks = [Check("cgroup version", True, host.describe())]
+    probe = _cgroup.TrialCgroup(host, "doctor", uuid.uuid4().hex[:8])
+    for name, path in probe.dirs.items():
+        try:
+            path.mkdir(parents=True)
+            checks.append(Check(f"cgroup {name}", True, f"writable under {path.parents[2]}"))
+        except OSError as exc:
+            checks.append(Check(f"cgroup {name}", False, f"cannot create {path}: {exc.strerror}"))
+    for base in host.bases.values():
+        _cgroup.remove_tree(base / _cgroup.PREFIX / "doctor")
+    return checks
+
+
+def _bwrap() -> Check:
+    if shutil.which("bwrap") is None:
+        return Check("bubblewrap", False, "not installed (Debian: apt-get install bubblewrap)")
+    version = _output(["bwrap", "--version"])
+    done = subprocess.run(
+        [
+            "bwrap",
+            "--ro-bind",
+            "/",
+            "/",
+            "--unshare-pid",
+            "--unshare-net",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        return Check(
+            "bubblewrap", False, f"{version}: cannot create namespaces: {done.stderr.strip()}"
+        )
+    return Check("bubblewrap", True, f"{version}: pid, mount and net namespaces work")
+
+
+def _loop_disk() -> Check:
+    """The storage ceiling is a loop-mounted ext4 image; try a 16 MiB one."""
+    if shutil.which("mkfs.ext4") is None:
+        return Check(
+            "storage ceiling", False, "mkfs.ext4 missing (Debian: apt-get install e2fsprogs)"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        image, point = Path(tmp) / "disk.img", Path(tmp) / "mnt"
+        point.mkdir()
+        with open(image, "wb") as fh:
+            fh.truncate(16 << 20)
+        steps = [
+            ["mkfs.ext4", "-q", "-F", str(image)],
+            ["mount", "-o", "loop", str(image), str(point)],
+        ]
+        for argv in steps:
+            done = subprocess.run(argv, capture_output=True, text=True)
+            if done.returncode != 0:
+                return Check("storage ceiling", False, f"{argv[0]}: {done.stderr.strip()}")
+        subprocess.run(["umount", str(point)], capture_output=True)
+    return Check("storage ceiling", True, "loop-mounted ext4 works")
+
+
+def _engines() -> list[Check]:
+    found = []
+    for tool in ("podman", "docker"):
+        if shutil.which(tool):
+            found.append(Check(tool, True, _output([tool, "--version"]), needed_by="oci"))
+    if not found:
+        found.append(Check("container engine", False, "neither podman nor docker found", "oci"))
+    return found
+
+
+def _output(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"({exc})"

@@ -1,0 +1,75 @@
+"""Every exception levelfield raises, in one tree.
+
+    LevelfieldError
+    ├── InputError                 bad input from the user: exit code 2
+    │   ├── TaskError              a task directory is malformed (names the file and the field)
+    │   ├── PolicyError            a policy cannot be parsed or its floor exceeds its ceiling
+    │   └── RunConfigError         a run directory or option is unusable
+    ├── SandboxError               the environment failed, not the agent: always an infra error
+    │   ├── HostUnsupported        this host cannot enforce what was asked (no cgroup, no bwrap)
+    │   ├── SandboxStartError      the sandbox could not be started
+    │   ├── SandboxDied            the sandbox vanished mid-trial (its init was killed)
+    │   └── AdmissionError         a trial's floor can never fit on this host
+    ├── AgentError                 the agent itself failed to run (bad trajectory, missing solution)
+    └── StoreError                 the run's database is unusable or locked by a live run
+
+`outcome.py` maps each class (along its MRO) to a reason; a new class needs its row there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class LevelfieldError(Exception):
+    """Base of every error levelfield raises on purpose."""
+
+
+class InputError(LevelfieldError):
+    """The user's input is wrong; fixing it is the user's job (CLI exit code 2)."""
+
+
+class TaskError(InputError):
+    """A task directory is malformed; the message names the file and, where known, the field."""
+
+    def __init__(self, path: Path, message: str, *, field: str | None = None) -> None:
+        self.path = path
+        self.field = field
+        where = f"{path}: {field}" if field else str(path)
+        super().__init__(f"{where}: {message}")
+
+
+class PolicyError(InputError):
+    """A policy cannot be parsed, or would guarantee more than it allows."""
+
+
+class RunConfigError(InputError):
+    """An option or run directory cannot be used as given."""
+
+
+class SandboxError(LevelfieldError):
+    """The environment failed, not the agent: always an infra error."""
+
+
+class HostUnsupported(SandboxError):
+    """This host lacks a mechanism the backend needs (cgroup controller, bubblewrap, engine)."""
+
+
+class SandboxStartError(SandboxError):
+    """The sandbox did not come up; nothing of the agent ran."""
+
+
+class SandboxDied(SandboxError):
+    """The sandbox's init is gone: later phases cannot run in it."""
+
+
+class AdmissionError(SandboxError):
+    """The trial's floor exceeds what the whole host can guarantee, so it can never start."""
+
+
+class AgentError(LevelfieldError):
+    """The agent could not be run as configured (a missing solution, a bad trajectory)."""
+
+
+class StoreError(LevelfieldError):
+    """The run's store cannot be opened or is held by another live run."""

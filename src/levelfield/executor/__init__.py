@@ -1,0 +1,126 @@
+"""Runs: dataset → plan → executor → store. The one entry point `run()` for the CLI and Python.
+
+Order of a run: load and validate tasks; resolve and apply every policy to every task; open the
+store (refusing a second live writer); check the backend on this host; reap whatever a killed
+earlier invocation of this run left; plan, skip stored trials, execute; reap again at the end.
+"""
+
+from __future__ import annotations
+
+import platform
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from levelfield.config import RunConfig
+from levelfield.errors import HostUnsupported, InputError
+from levelfield.executor.local import LocalExecutor, OnTrial
+from levelfield.plan import Trial, plan_trials
+from levelfield.runner import TrialContext
+from levelfield.sandbox import BackendOptions, get_backend
+from levelfield.store import Store
+from levelfield.tasks import Dataset, TaskProblem, load_dataset
+from levelfield.telemetry import host_id, total_memory_bytes
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    run_id: str
+    planned: int
+    already_stored: int
+    executed: int
+    task_problems: tuple[TaskProblem, ...] = ()
+    plan: list[Trial] = field(default_factory=list)
+
+
+def harness_version() -> str:
+    try:
+        return version("levelfield")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def run(
+    config: RunConfig,
+    *,
+    on_plan: Callable[[list[Trial], int], None] | None = None,
+    on_trial: OnTrial | None = None,
+) -> RunResult:
+    """Run (or resume) the trials `config` describes. Safe to interrupt: call again to resume."""
+    dataset = _load(config)
+    policies = config.resolved_policies()
+    agents = config.resolved_agents()
+    trials = plan_trials(dataset.tasks, agents, policies, repeats=config.repeats,
+                         window=config.window, seed=config.seed)
+    run_dir = config.out.resolve()
+    with Store.open_for_writing(run_dir) as store:
+        run_id = store.meta().get("run_id") or uuid.uuid4().hex[:12]
+        backend = get_backend(config.backend, BackendOptions(run_id, run_dir))
+        problems = backend.check()
+        if problems:
+            raise HostUnsupported(f"backend {config.backend}: " + "; ".join(problems))
+        store.set_meta(_meta(config, run_id, backend, policies, store.meta()))
+        stored = store.stored_keys()
+        todo = [t for t in trials if t.key not in stored]
+        if todo:
+            store.add_plan(config.window, config.seed, _now(), [t.key for t in trials])
+        if on_plan:
+            on_plan(todo, len(trials) - len(todo))
+        ctx = TrialContext(run_id, run_dir, backend.name)
+        backend.reap(run_id)
+        try:
+            executor = LocalExecutor(backend, ctx, config.concurrency)
+            executed = executor.execute(todo, store, on_trial)
+        finally:
+            backend.reap(run_id)
+            store.set_meta({"finished_at": _now()})
+    return RunResult(run_dir, run_id, len(trials), len(trials) - len(todo), executed,
+                     dataset.problems, todo)
+
+
+def _load(config: RunConfig) -> Dataset:
+    dataset = load_dataset(config.dataset)
+    if config.task_names:
+        wanted = set(config.task_names)
+        missing = wanted - {t.name for t in dataset.tasks}
+        if missing:
+            raise InputError(f"no such task in {config.dataset}: {', '.join(sorted(missing))}")
+        dataset = Dataset(dataset.path, tuple(t for t in dataset.tasks if t.name in wanted),
+                          dataset.problems)
+    if not dataset.tasks:
+        detail = "; ".join(p.message for p in dataset.problems[:3])
+        raise InputError(f"{config.dataset}: no valid task" + (f" ({detail})" if detail else ""))
+    return dataset
+
+
+def _meta(config: RunConfig, run_id: str, backend, policies, old: dict) -> dict:  # type: ignore[no-untyped-def]
+    described = dict(old.get("policies", {}))
+    described.update({p.name: p.describe() for p in policies})
+    return {
+        "run_id": run_id,
+        "harness_version": harness_version(),
+        "created_at": old.get("created_at", _now()),
+        "started_at": old.get("started_at", _now()),
+        "dataset": str(config.dataset.resolve()),
+        "backend": backend.name,
+        "enforcement": backend.enforcement().describe(),
+        "host": {"host_id": host_id(), "cpus": _cpus(), "memory_bytes": total_memory_bytes(),
+                 "kernel": platform.release(), "python": platform.python_version()},
+        "policies": described,
+        "concurrency": config.concurrency,
+        "windows": sorted({*old.get("windows", []), config.window}),
+    }
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 1
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -1,0 +1,106 @@
+"""Evidence → outcome: the one table from reason to outcome, and `classify()`.
+
+Kernel counters outrank exit codes and exceptions: under cgroup v1 an OOM kill shows only as an
+exit by SIGKILL (137) and podman even reports OOMKilled=false, so the cgroup's own counter decides.
+Errors are looked up along `type(exc).__mro__`, so renaming a subclass cannot change a verdict,
+and an error nobody listed is a `harness_error` (our bug), never the agent's failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+from levelfield import errors
+from levelfield.records import Evidence, Outcome, PhaseResult, Reason
+
+OUTCOME_OF: Final = MappingProxyType(
+    {
+        Reason.TESTS_PASSED: Outcome.PASSED,
+        Reason.TESTS_FAILED: Outcome.FAILED,
+        Reason.AGENT_TIMEOUT: Outcome.FAILED,  # the agent's budget is part of the task
+        Reason.AGENT_ERROR: Outcome.FAILED,
+        Reason.OOM_KILLED: Outcome.INFRA_ERROR,  # the ceiling, not the agent, ended it
+        Reason.PIDS_EXHAUSTED: Outcome.INFRA_ERROR,
+        Reason.STORAGE_EXHAUSTED: Outcome.INFRA_ERROR,
+        Reason.VERIFIER_TIMEOUT: Outcome.INFRA_ERROR,  # the grader failed to grade
+        Reason.VERIFIER_ERROR: Outcome.INFRA_ERROR,  # test.sh wrote no reward
+        Reason.SANDBOX_ERROR: Outcome.INFRA_ERROR,
+        Reason.HOST_PRESSURE: Outcome.INFRA_ERROR,
+        Reason.NODE_LOST: Outcome.INFRA_ERROR,
+        Reason.API_ERROR: Outcome.INFRA_ERROR,
+        Reason.HARNESS_ERROR: Outcome.INFRA_ERROR,
+    }
+)
+
+REASON_OF_ERROR: Final = MappingProxyType(
+    {
+        errors.AdmissionError: Reason.SANDBOX_ERROR,
+        errors.SandboxError: Reason.SANDBOX_ERROR,
+        errors.AgentError: Reason.AGENT_ERROR,
+        errors.InputError: Reason.HARNESS_ERROR,  # should have been refused before the run
+        errors.StoreError: Reason.HARNESS_ERROR,
+        errors.LevelfieldError: Reason.HARNESS_ERROR,
+    }
+)
+
+
+@dataclass(slots=True)
+class PhaseLog:
+    """What the runner learnt about one trial, phase by phase; `classify` reads it."""
+
+    agent: PhaseResult | None = None
+    verifier: PhaseResult | None = None
+    reward: float | None = None
+    evidence: Evidence | None = None
+    error: BaseException | None = None
+
+
+def reason_for_error(exc: BaseException) -> Reason:
+    for cls in type(exc).__mro__:
+        if cls in REASON_OF_ERROR:
+            return REASON_OF_ERROR[cls]
+    return Reason.HARNESS_ERROR
+
+
+def reason_for_reward(reward: float | None) -> Reason:
+    if reward is None:
+        return Reason.VERIFIER_ERROR
+    return Reason.TESTS_PASSED if reward >= 1.0 else Reason.TESTS_FAILED
+
+
+def reason_from_evidence(evidence: Evidence | None) -> Reason | None:
+    """A ceiling the kernel enforced, whichever phase hit it and whatever the scripts said."""
+    if evidence is None:
+        return None
+    if evidence.oom_kills > 0:
+        return Reason.OOM_KILLED
+    if evidence.pids_max_hits > 0:
+        return Reason.PIDS_EXHAUSTED
+    if evidence.storage_full:
+        return Reason.STORAGE_EXHAUSTED
+    return None
+
+
+def classify(log: PhaseLog) -> Reason:
+    """Kernel evidence, then the harness's own errors, then timeouts, then the reward.
+
+    A ceiling hit only decides when the trial did not pass: an agent that ran into its pids
+    ceiling once, recovered and passed the tests has passed.
+    """
+    kernel = reason_from_evidence(log.evidence)
+    passed = log.error is None and reason_for_reward(log.reward) is Reason.TESTS_PASSED
+    if kernel is not None and not passed:
+        return kernel
+    if log.error is not None:
+        return reason_for_error(log.error)
+    if log.agent is not None and log.agent.timed_out and not passed:
+        return Reason.AGENT_TIMEOUT
+    if log.verifier is not None and log.verifier.timed_out:
+        return Reason.VERIFIER_TIMEOUT
+    return reason_for_reward(log.reward)
+
+
+def outcome_of(reason: Reason) -> Outcome:
+    return OUTCOME_OF[reason]

@@ -1,0 +1,125 @@
+"""What the store keeps of a trial: its outcome, reason, evidence and telemetry.
+
+Schema rule: a record without `schema_version` is version 1; an unknown version is refused rather
+than misread; a future version 2 comes with a pure `upgrade_v1_to_v2` here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Outcome(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    INFRA_ERROR = "infra_error"
+
+
+class Reason(StrEnum):
+    TESTS_PASSED = "tests_passed"
+    TESTS_FAILED = "tests_failed"
+    AGENT_TIMEOUT = "agent_timeout"
+    AGENT_ERROR = "agent_error"
+    OOM_KILLED = "oom_killed"
+    PIDS_EXHAUSTED = "pids_exhausted"
+    STORAGE_EXHAUSTED = "storage_exhausted"
+    VERIFIER_TIMEOUT = "verifier_timeout"
+    VERIFIER_ERROR = "verifier_error"
+    SANDBOX_ERROR = "sandbox_error"
+    HOST_PRESSURE = "host_pressure"
+    NODE_LOST = "node_lost"
+    API_ERROR = "api_error"
+    HARNESS_ERROR = "harness_error"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PhaseResult(_Frozen):
+    """One phase (agent or verifier) as the sandbox saw it."""
+
+    exit_code: int | None = Field(None, description="None when killed by the harness's timeout.")
+    signal: int | None = Field(None, description="Signal that ended the phase's main process.")
+    timed_out: bool = False
+    duration_s: float = 0.0
+    output_tail: str = Field("", description="Last lines of stdout+stderr, for the reader.")
+
+
+class Evidence(_Frozen):
+    """Kernel counters and exit facts that back the reason. Read before the cgroup is removed."""
+
+    oom_kills: int = Field(
+        0, description="cgroup OOM kills (v1 memory.oom_control, v2 memory.events)."
+    )
+    memory_failcnt: int = Field(
+        0, description="Times usage hit the memory ceiling (v1 failcnt, v2 max)."
+    )
+    memory_peak_bytes: int | None = None
+    pids_max_hits: int = Field(
+        0, description="Forks refused at the pids ceiling (pids.events max)."
+    )
+    cpu_nr_periods: int = 0
+    cpu_throttled_periods: int = 0
+    cpu_throttled_s: float = 0.0
+    cpu_usage_s: float | None = None
+    storage_used_bytes: int | None = None
+    storage_ceiling_bytes: int | None = None
+    storage_full: bool = Field(False, description="Free space fell to ~0 at some point.")
+    sandbox_alive: bool = Field(True, description="Whether the sandbox's init survived the trial.")
+    notes: tuple[str, ...] = ()
+
+
+class Sample(_Frozen):
+    t_s: float
+    memory_bytes: int
+    cpu_usage_s: float
+
+
+class HostContext(_Frozen):
+    """The host as the trial found it: the hidden variables a report may regress on."""
+
+    host_id: str
+    started_at: str = Field(description="UTC, ISO 8601.")
+    local_hour: int
+    load1: float
+    free_memory_bytes: int
+    trials_in_flight: int
+    node: str | None = None
+
+
+class Telemetry(_Frozen):
+    host: HostContext
+    samples: tuple[Sample, ...] = ()
+    phase_s: dict[str, float] = Field(default_factory=dict)
+    sample_every_s: float = 0.0
+
+
+class TrialRecord(_Frozen):
+    schema_version: Literal[1] = 1
+    trial_key: str = Field(description="Deterministic: resume skips stored keys.")
+    run_id: str
+    task: str
+    agent: str
+    policy: str
+    repeat: int
+    window: str = "default"
+    attempt: int = 1
+    backend: str
+    outcome: Outcome
+    reason: Reason
+    reward: float | None = None
+    error: str | None = Field(
+        None, description="Exception type and message when one ended the trial."
+    )
+    limits: dict[str, Any]
+    agent_phase: PhaseResult | None = None
+    verifier_phase: PhaseResult | None = None
+    evidence: Evidence
+    telemetry: Telemetry
+    started_at: str
+    finished_at: str
+    duration_s: float

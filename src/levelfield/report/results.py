@@ -1,0 +1,62 @@
+"""The per-trial table of `levelfield results`: one row a trial, as stored."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from rich.table import Table
+
+from levelfield._units import format_bytes
+from levelfield.records import Outcome, TrialRecord
+
+STYLE_OF = {Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.INFRA_ERROR: "yellow"}
+
+
+def results_table(records: Iterable[TrialRecord]) -> Table:
+    table = Table(title="trials", header_style="bold")
+    for name in (
+        "task",
+        "agent",
+        "policy",
+        "rep",
+        "window",
+        "status",
+        "reason",
+        "peak mem",
+        "mem ceiling",
+        "throttled",
+        "agent s",
+        "verifier s",
+        "total s",
+    ):
+        table.add_column(
+            name, justify="right" if name.endswith(("s", "mem", "ceiling", "rep")) else "left"
+        )
+    for r in sorted(records, key=lambda r: (r.task, r.agent, r.policy, r.window, r.repeat)):
+        phases = r.telemetry.phase_s
+        table.add_row(
+            r.task,
+            r.agent,
+            r.policy,
+            str(r.repeat),
+            r.window,
+            f"[{STYLE_OF[r.outcome]}]{r.outcome.value}[/]",
+            r.reason.value,
+            format_bytes(r.evidence.memory_peak_bytes),
+            format_bytes(r.limits.get("memory_ceiling_bytes")),
+            f"{r.evidence.cpu_throttled_s:.2f}s/{r.evidence.cpu_throttled_periods}",
+            _secs(phases.get("agent")),
+            _secs(phases.get("verifier")),
+            _secs(r.duration_s),
+        )
+    return table
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def results_json(records: Iterable[TrialRecord]) -> str:
+    """A JSON array, one object per trial: the full record, evidence and telemetry included."""
+    return json.dumps([r.model_dump(mode="json") for r in records], indent=1)

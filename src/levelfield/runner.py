@@ -1,0 +1,168 @@
+"""One trial, phase by phase: limits → sandbox → agent → verifier → evidence → record.
+
+`run_trial` never raises for the trial's own failure: a crashed trial is still a data point, and
+the executor commits its record at once. Cancellation (KeyboardInterrupt, SystemExit) propagates;
+the executor then discards the half-done trial, which reruns on resume.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from levelfield.agents import make_agent
+from levelfield.outcome import PhaseLog, classify, outcome_of
+from levelfield.plan import Trial
+from levelfield.records import Evidence, Telemetry, TrialRecord
+from levelfield.sandbox import Backend, Sandbox
+from levelfield.telemetry import Sampler, host_context
+from levelfield.verifier import run_verifier
+
+ERROR_TEXT_CHARS = 2000
+
+
+@dataclass
+class TrialContext:
+    """What a trial needs from the run around it."""
+
+    run_id: str
+    run_dir: Path
+    backend_name: str
+    in_flight: Callable[[], int] = lambda: 1
+    node: str | None = None
+    live: set[Sandbox] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def trial_dir(self, trial: Trial) -> Path:
+        return (self.run_dir / "trials" / trial.key).resolve()
+
+    def track(self, box: Sandbox, alive: bool) -> None:
+        with self._lock:
+            (self.live.add if alive else self.live.discard)(box)
+
+
+def run_trial(trial: Trial, backend: Backend, ctx: TrialContext) -> TrialRecord:
+    trial_dir = _fresh_dir(ctx.trial_dir(trial))
+    host = host_context(ctx.in_flight(), ctx.node)
+    started, t0 = datetime.now(UTC), time.monotonic()
+    limits = trial.limits
+    log, phase_s = PhaseLog(), {}
+    sampler: Sampler | None = None
+    try:
+        box = backend.start(trial.task, limits, trial_id=trial.key, trial_dir=trial_dir)
+        phase_s["start"] = time.monotonic() - t0
+        ctx.track(box, alive=True)
+        sampler = Sampler(box)
+        with closing(box), sampler:
+            try:
+                _phases(trial, box, trial_dir, log, phase_s)
+            finally:
+                log.evidence = box.evidence()  # the counters vanish with the cgroup
+                box.collect_logs(trial_dir / "logs")
+                ctx.track(box, alive=False)
+    except Exception as exc:  # a harness bug is recorded too; cancellation propagates
+        log.error = exc
+    reason = classify(log)
+    record = TrialRecord(
+        trial_key=trial.key,
+        run_id=ctx.run_id,
+        task=trial.task.name,
+        agent=trial.agent,
+        policy=trial.policy.name,
+        repeat=trial.repeat,
+        window=trial.window,
+        backend=ctx.backend_name,
+        outcome=outcome_of(reason),
+        reason=reason,
+        reward=log.reward,
+        error=_error_text(log.error),
+        limits=asdict(limits),
+        agent_phase=log.agent,
+        verifier_phase=log.verifier,
+        evidence=log.evidence or Evidence(sandbox_alive=False),
+        telemetry=Telemetry(
+            host=host,
+            samples=tuple(sampler.samples if sampler else ()),
+            phase_s=phase_s,
+            sample_every_s=sampler.every_s if sampler else 0.0,
+        ),
+        started_at=started.isoformat(timespec="milliseconds"),
+        finished_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        duration_s=round(time.monotonic() - t0, 3),
+    )
+    (trial_dir / "record.json").write_text(record.model_dump_json(indent=2))
+    return record
+
+
+def record_without_sandbox(trial: Trial, ctx: TrialContext, exc: BaseException) -> TrialRecord:
+    """A trial refused before any sandbox started (its floor can never be admitted)."""
+    log = PhaseLog(error=exc)
+    reason = classify(log)
+    now = datetime.now(UTC).isoformat(timespec="milliseconds")
+    return TrialRecord(
+        trial_key=trial.key,
+        run_id=ctx.run_id,
+        task=trial.task.name,
+        agent=trial.agent,
+        policy=trial.policy.name,
+        repeat=trial.repeat,
+        window=trial.window,
+        backend=ctx.backend_name,
+        outcome=outcome_of(reason),
+        reason=reason,
+        error=_error_text(exc),
+        limits=asdict(trial.limits),
+        evidence=Evidence(sandbox_alive=False),
+        telemetry=Telemetry(host=host_context(ctx.in_flight(), ctx.node)),
+        started_at=now,
+        finished_at=now,
+        duration_s=0.0,
+    )
+
+
+def _phases(
+    trial: Trial, box: Sandbox, trial_dir: Path, log: PhaseLog, phase_s: dict[str, float]
+) -> None:
+    agent = make_agent(trial.agent)
+    t = time.monotonic()
+    run = agent.run(box, trial.task, timeout_s=trial.task.agent_timeout_s, trial_dir=trial_dir)
+    log.agent = run.phase
+    phase_s["agent"] = time.monotonic() - t
+    _write_trajectory(trial, run.steps, trial_dir)
+    t = time.monotonic()
+    verdict = run_verifier(trial.task, box, trial_dir=trial_dir)
+    log.verifier, log.reward = verdict.phase, verdict.reward
+    phase_s["verifier"] = time.monotonic() - t
+
+
+def _write_trajectory(trial: Trial, steps: tuple[dict[str, object], ...], trial_dir: Path) -> None:
+    """In the replay agent's input format, so this trial can be replayed under other policies."""
+    doc = {
+        "schema_version": 1,
+        "task": trial.task.name,
+        "agent": trial.agent,
+        "policy": trial.policy.name,
+        "steps": list(steps),
+    }
+    (trial_dir / "trajectory.json").write_text(json.dumps(doc, indent=2))
+
+
+def _fresh_dir(path: Path) -> Path:
+    """A half-done attempt from a killed run is discarded (its mounts were reaped at start)."""
+    if path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def _error_text(exc: BaseException | None) -> str | None:
+    if exc is None:
+        return None
+    return f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_CHARS]

@@ -1,0 +1,108 @@
+"""Sandboxes: where a trial runs under its limits. One backend per module, chosen by name.
+
+Backends satisfy the `Backend` protocol without inheriting from anything; the registry maps a
+name to a module so that an SDK (docker, ray) loads only when its backend is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path, PurePosixPath
+from typing import ClassVar, Protocol
+
+from levelfield.errors import RunConfigError
+from levelfield.policy import Limits
+from levelfield.records import Evidence, PhaseResult
+from levelfield.tasks import Task
+
+
+@dataclass(frozen=True, slots=True)
+class Enforcement:
+    """Which floors and ceilings are real on this backend and host, and by what mechanism."""
+
+    memory_ceiling: str
+    memory_floor: str
+    cpu_ceiling: str
+    cpu_floor: str
+    pids_ceiling: str
+    storage_ceiling: str
+    isolation: str
+
+    def describe(self) -> str:
+        return "; ".join(
+            f"{f.name.replace('_', ' ')}: {getattr(self, f.name)}" for f in fields(self)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """A point-in-time reading for the telemetry sampler."""
+
+    memory_bytes: int
+    cpu_usage_s: float
+    storage_used_bytes: int | None = None
+    storage_free_bytes: int | None = None
+
+
+class Sandbox(Protocol):
+    """One started trial environment whose limits the kernel enforces."""
+
+    def exec(
+        self,
+        command: str,
+        *,
+        timeout_s: float,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> PhaseResult: ...
+
+    def copy_in(self, src: Path, dest: PurePosixPath) -> None: ...  # tests go in after the agent
+
+    def read_file(self, path: PurePosixPath) -> bytes | None: ...  # None when absent
+
+    def usage(self) -> Usage: ...  # cheap: the sampler calls it a few times a second
+
+    def evidence(self) -> Evidence: ...  # kernel counters; read before close()
+
+    def collect_logs(self, dest: Path) -> None: ...  # /logs of the sandbox, kept with the trial
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    name: ClassVar[str]
+
+    def enforcement(self) -> Enforcement: ...
+
+    def check(self) -> list[str]: ...  # problems that stop this backend on this host
+
+    def start(self, task: Task, limits: Limits, *, trial_id: str, trial_dir: Path) -> Sandbox: ...
+
+    def reap(self, run_id: str) -> int: ...  # remove what a killed run left; returns the count
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOptions:
+    """What every backend is built from: the run it serves."""
+
+    run_id: str
+    run_dir: Path
+
+
+_BACKENDS: Mapping[str, str] = {
+    "process": "levelfield.sandbox.process",
+    "oci": "levelfield.sandbox.oci",
+}
+
+
+def backend_names() -> Sequence[str]:
+    return tuple(_BACKENDS)
+
+
+def get_backend(name: str, options: BackendOptions) -> Backend:
+    if name not in _BACKENDS:
+        raise RunConfigError(f"unknown backend {name!r}: choose one of {', '.join(_BACKENDS)}")
+    module = importlib.import_module(_BACKENDS[name])
+    return module.create(options)  # type: ignore[no-any-return]

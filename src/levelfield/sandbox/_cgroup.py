@@ -1,0 +1,317 @@
+"""One cgroup per trial, on cgroup v1 or v2: limits in, kernel counters out.
+
+v1 (this project's CI hosts): one directory per controller (memory, cpu, cpuacct, pids), nested
+under the harness's own cgroup of that controller as /proc/self/cgroup names it — a session may
+only create children beneath its own memory cgroup. v2 (most users' machines): one directory with
+memory.max / cpu.max / pids.max, under the harness's own cgroup, which must have the controllers
+delegated. Trial cgroups live at `<own>/levelfield/<run_id>/<trial_id>` so that a resumed run can
+find and reap exactly its own leftovers, and never another live run's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from levelfield.errors import HostUnsupported, SandboxStartError
+from levelfield.policy import Limits
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PREFIX = "levelfield"
+V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
+CFS_PERIOD_US = 100_000  # the kernel's default period; Docker and Kubernetes use it too
+CPU_SHARES_PER_CPU = 1024  # Docker's --cpu-shares for one CPU; Kubernetes' request → shares
+KILL_WAIT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    memory_bytes: int
+    cpu_usage_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """Raw counters of one trial cgroup; `sandbox/process.py` turns them into Evidence."""
+
+    oom_kills: int = 0
+    memory_failcnt: int = 0
+    memory_peak_bytes: int | None = None
+    pids_max_hits: int = 0
+    cpu_nr_periods: int = 0
+    cpu_throttled_periods: int = 0
+    cpu_throttled_s: float = 0.0
+    cpu_usage_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupHost:
+    """Where this host keeps cgroups and where the harness itself sits in them."""
+
+    version: int
+    bases: dict[str, Path] = field(default_factory=dict)  # controller (v1) or "unified" (v2)
+
+    def describe(self) -> str:
+        if self.version == 1:
+            return (
+                "cgroup v1: memory.limit_in_bytes, cpu.cfs_quota_us, pids.max; "
+                "floors by memory.soft_limit_in_bytes and cpu.shares"
+            )
+        return "cgroup v2: memory.max, cpu.max, pids.max; floors by memory.low and cpu.weight"
+
+
+def _read(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def _keyed(path: Path) -> dict[str, int]:
+    """'key value' lines (memory.events, cpu.stat, pids.events, memory.oom_control)."""
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+                out[parts[0]] = int(parts[1])
+    return out
+
+
+def _own_paths(proc_cgroup: str) -> dict[str, str]:
+    """/proc/self/cgroup → {controller: path}; the v2 entry is keyed ''."""
+    out: dict[str, str] = {}
+    for line in proc_cgroup.splitlines():
+        _, controllers, path = line.split(":", 2)
+        for name in controllers.split(","):
+            out[name] = path
+    return out
+
+
+def _v1_mounts(proc_mounts: str) -> dict[str, Path]:
+    """Controller → its v1 mount point, from /proc/mounts options ("rw,relatime,cpu,cpuacct")."""
+    out: dict[str, Path] = {}
+    for line in proc_mounts.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] == "cgroup":
+            for option in parts[3].split(","):
+                if option in V1_CONTROLLERS:
+                    out[option] = Path(parts[1])
+    return out
+
+
+def detect(proc_cgroup: str | None = None, proc_mounts: str | None = None) -> CgroupHost:
+    """v2 when the unified hierarchy holds the controllers, else v1 (hybrid hosts are v1)."""
+    proc_cgroup = proc_cgroup if proc_cgroup is not None else Path("/proc/self/cgroup").read_text()
+    proc_mounts = proc_mounts if proc_mounts is not None else Path("/proc/mounts").read_text()
+    own = _own_paths(proc_cgroup)
+    controllers_file = CGROUP_ROOT / "cgroup.controllers"
+    if controllers_file.exists() and "memory" in controllers_file.read_text().split():
+        return CgroupHost(2, {"unified": CGROUP_ROOT / own.get("", "/").lstrip("/")})
+    mounts = _v1_mounts(proc_mounts)
+    missing = [c for c in V1_CONTROLLERS if c not in mounts]
+    if missing:
+        raise HostUnsupported(
+            f"no cgroup controller for {', '.join(missing)}: mount cgroup v1 controllers or use "
+            "a cgroup v2 host with memory, cpu and pids delegated"
+        )
+    bases = {c: mounts[c] / own.get(c, "/").lstrip("/") for c in V1_CONTROLLERS}
+    return CgroupHost(1, bases)
+
+
+class TrialCgroup:
+    """The cgroup(s) of one trial. Create, limit, join (via `procs_files`), read, kill, remove."""
+
+    def __init__(self, host: CgroupHost, run_id: str, trial_id: str) -> None:
+        self.host = host
+        self.dirs = {name: base / PREFIX / run_id / trial_id for name, base in host.bases.items()}
+
+    @property
+    def is_v2(self) -> bool:
+        return self.host.version == 2
+
+    def _dir(self, controller: str) -> Path:
+        return self.dirs["unified"] if self.is_v2 else self.dirs[controller]
+
+    def create(self, limits: Limits) -> None:
+        try:
+            if self.is_v2:
+                _enable_v2_controllers(self.dirs["unified"])
+            for path in self.dirs.values():
+                path.mkdir(parents=True, exist_ok=True)
+            self._apply(limits)
+        except PermissionError as exc:
+            raise HostUnsupported(f"cannot write cgroup {exc.filename}: run as root") from exc
+        except OSError as exc:
+            raise SandboxStartError(f"cgroup setup failed at {exc.filename}: {exc}") from exc
+
+    def _apply(self, limits: Limits) -> None:
+        shares = max(2, int(limits.cpu_floor * CPU_SHARES_PER_CPU))
+        quota = int(limits.cpu_ceiling * CFS_PERIOD_US) if limits.cpu_ceiling else None
+        if self.is_v2:
+            d = self.dirs["unified"]
+            _write(d / "memory.max", limits.memory_ceiling_bytes or "max")
+            _write(d / "memory.swap.max", 0, optional=True)
+            _write(d / "memory.low", limits.memory_floor_bytes)
+            _write(d / "cpu.max", f"{quota or 'max'} {CFS_PERIOD_US}")
+            _write(d / "cpu.weight", 1 + (shares - 2) * 9999 // 262142)  # runc's shares→weight
+            _write(d / "pids.max", limits.pids_max or "max")
+            return
+        mem, cpu, pids = self.dirs["memory"], self.dirs["cpu"], self.dirs["pids"]
+        _write(mem / "memory.limit_in_bytes", limits.memory_ceiling_bytes or -1)
+        _write(mem / "memory.soft_limit_in_bytes", limits.memory_floor_bytes)
+        _write(mem / "memory.swappiness", 0, optional=True)
+        _write(cpu / "cpu.shares", shares)
+        _write(cpu / "cpu.cfs_period_us", CFS_PERIOD_US)
+        _write(cpu / "cpu.cfs_quota_us", quota or -1)
+        _write(pids / "pids.max", limits.pids_max or "max")
+
+    def procs_files(self) -> list[Path]:
+        """Files a process writes its pid to, to enter the trial (one per v1 hierarchy)."""
+        unique = {str(p): p for p in self.dirs.values()}.values()
+        return [p / "cgroup.procs" for p in unique]
+
+    def pids(self) -> list[int]:
+        with contextlib.suppress(OSError):
+            return [int(x) for x in (self._dir("memory") / "cgroup.procs").read_text().split()]
+        return []
+
+    def usage(self) -> Usage:
+        if self.is_v2:
+            d = self.dirs["unified"]
+            mem = _int_or(d / "memory.current", 0)
+            cpu_s = _keyed(d / "cpu.stat").get("usage_usec", 0) / 1e6
+        else:
+            mem = _int_or(self.dirs["memory"] / "memory.usage_in_bytes", 0)
+            cpu_s = _int_or(self.dirs["cpuacct"] / "cpuacct.usage", 0) / 1e9
+        return Usage(mem, cpu_s)
+
+    def counters(self) -> Counters:
+        if self.is_v2:
+            return _v2_counters(self.dirs["unified"])
+        mem, cpu = self.dirs["memory"], self.dirs["cpu"]
+        stat = _keyed(cpu / "cpu.stat")
+        return Counters(
+            oom_kills=_keyed(mem / "memory.oom_control").get("oom_kill", 0),
+            memory_failcnt=_int_or(mem / "memory.failcnt", 0),
+            memory_peak_bytes=_int_or(mem / "memory.max_usage_in_bytes", None),
+            pids_max_hits=_keyed(self.dirs["pids"] / "pids.events").get("max", 0),
+            cpu_nr_periods=stat.get("nr_periods", 0),
+            cpu_throttled_periods=stat.get("nr_throttled", 0),
+            cpu_throttled_s=stat.get("throttled_time", 0) / 1e9,
+            cpu_usage_s=_int_or(self.dirs["cpuacct"] / "cpuacct.usage", 0) / 1e9,
+        )
+
+    def kill_all(self) -> None:
+        kill_cgroup_processes(self._dir("memory"))
+
+    def remove(self) -> None:
+        for path in self.dirs.values():
+            remove_tree(path)
+
+
+def _v2_counters(d: Path) -> Counters:
+    events, stat = _keyed(d / "memory.events"), _keyed(d / "cpu.stat")
+    return Counters(
+        oom_kills=events.get("oom_kill", 0),
+        memory_failcnt=events.get("max", 0),
+        memory_peak_bytes=_int_or(d / "memory.peak", None),
+        pids_max_hits=_keyed(d / "pids.events").get("max", 0),
+        cpu_nr_periods=stat.get("nr_periods", 0),
+        cpu_throttled_periods=stat.get("nr_throttled", 0),
+        cpu_throttled_s=stat.get("throttled_usec", 0) / 1e6,
+        cpu_usage_s=stat.get("usage_usec", 0) / 1e6,
+    )
+
+
+def _enable_v2_controllers(trial_dir: Path) -> None:
+    """Delegate memory, cpu and pids down from the harness's cgroup to the trial's parent.
+
+    The harness's own cgroup may hold processes (the harness itself), which v2 forbids for a cgroup
+    that delegates controllers; the message then says how to start from a delegated scope.
+    """
+    own = trial_dir.parents[2]
+    for level in (own, own / PREFIX, trial_dir.parent):
+        level.mkdir(exist_ok=True)
+        try:
+            (level / "cgroup.subtree_control").write_text("+memory +cpu +pids")
+        except OSError as exc:
+            if exc.errno in (errno.EBUSY, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise HostUnsupported(
+                    f"cgroup v2: cannot delegate controllers below {level} ({exc.strerror}); start "
+                    "levelfield in a delegated scope: "
+                    "systemd-run --scope -p Delegate=yes levelfield …"
+                ) from exc
+            raise
+
+
+def _write(path: Path, value: object, *, optional: bool = False) -> None:
+    try:
+        path.write_text(str(value))
+    except OSError:
+        if not optional:
+            raise
+
+
+def _int_or(path: Path, default: int | None) -> int | None:
+    try:
+        return int(_read(path))
+    except (OSError, ValueError):
+        return default
+
+
+def kill_cgroup_processes(directory: Path) -> None:
+    """SIGKILL everything in the cgroup (and below) until it is empty; v2 has cgroup.kill for it."""
+    if (directory / "cgroup.kill").exists():
+        with contextlib.suppress(OSError):
+            (directory / "cgroup.kill").write_text("1")
+    deadline = time.monotonic() + KILL_WAIT_S
+    while time.monotonic() < deadline:
+        pids = list(_pids_below(directory))
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+
+
+def _pids_below(directory: Path) -> Iterator[int]:
+    if not directory.is_dir():
+        return
+    for procs in directory.rglob("cgroup.procs"):
+        with contextlib.suppress(OSError):
+            yield from (int(x) for x in procs.read_text().split())
+
+
+def remove_tree(directory: Path) -> None:
+    """rmdir depth-first; a cgroup can take a moment to become removable after its last exit."""
+    if not directory.is_dir():
+        return
+    children = sorted((p for p in directory.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+    for path in [*children, directory]:
+        for _ in range(50):
+            try:
+                path.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.02)
+
+
+def reap(host: CgroupHost, run_id: str | None = None) -> list[Path]:
+    """Kill and remove trial cgroups a dead run left: one run's, or (None) every run's."""
+    removed: list[Path] = []
+    for base in host.bases.values():
+        root = base / PREFIX
+        targets = [root / run_id] if run_id else ([root] if root.is_dir() else [])
+        for target in targets:
+            if target.is_dir():
+                kill_cgroup_processes(target)
+                remove_tree(target)
+                removed.append(target)
+    return removed

@@ -1,0 +1,124 @@
+"""The trial's writable disk: one filesystem holding /app, /logs, /tmp, /tests, /solution, $HOME.
+
+With a storage ceiling it is an ext4 image of exactly that size, loop-mounted: writes past it
+fail with ENOSPC inside the sandbox, the host's disk is untouched, and the fill level is read from
+the host with statvfs. A tmpfs would do the same but charge every written byte to the trial's
+memory cgroup, turning a disk-hungry task into an OOM kill. Uncapped storage is a plain directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from levelfield.errors import SandboxStartError
+
+# Sandbox path → directory under the workspace. The workdir (usually /app) is added per task.
+LAYOUT = {
+    PurePosixPath("/logs"): "logs",
+    PurePosixPath("/tests"): "tests",
+    PurePosixPath("/solution"): "solution",
+    PurePosixPath("/tmp"): "tmp",
+    PurePosixPath("/root"): "home",
+}
+LOG_SUBDIRS = ("agent", "verifier", "artifacts")
+FULL_BELOW_BYTES = 256 * 1024  # ext4 keeps a few blocks back; "full" is within this of zero
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    root: Path
+    image: Path | None  # the ext4 image when storage is capped
+    binds: dict[PurePosixPath, Path]
+
+    def host_path(self, sandbox_path: PurePosixPath) -> Path:
+        """Where a sandbox path lives on the host; only the workspace's own paths map."""
+        for target in sorted(self.binds, key=lambda p: -len(p.parts)):
+            if sandbox_path == target or target in sandbox_path.parents:
+                return self.binds[target] / sandbox_path.relative_to(target)
+        raise SandboxStartError(f"{sandbox_path} is not writable in the sandbox")
+
+    def free_and_used(self) -> tuple[int, int] | None:
+        if self.image is None:
+            return None
+        try:
+            st = os.statvfs(self.root)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize, (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def create_workspace(
+    trial_dir: Path, workdir: PurePosixPath, storage_bytes: int | None
+) -> Workspace:
+    root = trial_dir / "work"
+    root.mkdir(parents=True, exist_ok=True)
+    image = None
+    if storage_bytes is not None:
+        image = trial_dir / "disk.img"
+        _mount_ext4(image, root, storage_bytes)
+    binds = {target: root / name for target, name in LAYOUT.items()}
+    binds[workdir] = root / "app"
+    for path in binds.values():
+        path.mkdir(exist_ok=True)
+    for sub in LOG_SUBDIRS:
+        (root / "logs" / sub).mkdir(exist_ok=True)
+    (root / "tmp").chmod(0o1777)
+    return Workspace(root, image, binds)
+
+
+def _mount_ext4(image: Path, mountpoint: Path, size_bytes: int) -> None:
+    """A sparse image: creating even a 10 GiB filesystem costs ~10 ms and no real disk."""
+    with open(image, "wb") as fh:
+        fh.truncate(size_bytes)
+    steps = [
+        [
+            "mkfs.ext4",
+            "-q",
+            "-F",
+            "-m",
+            "0",
+            "-O",
+            "^has_journal",
+            "-E",
+            "lazy_itable_init=1",
+            str(image),
+        ],
+        ["mount", "-o", "loop", str(image), str(mountpoint)],
+    ]
+    for argv in steps:
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SandboxStartError(f"{' '.join(argv[:2])} failed: {done.stderr.strip()}")
+
+
+def destroy_workspace(workspace: Workspace) -> None:
+    if workspace.image is not None:
+        unmount(workspace.root)
+        workspace.image.unlink(missing_ok=True)
+    shutil.rmtree(workspace.root, ignore_errors=True)
+
+
+def unmount(path: Path) -> None:
+    """Lazy unmount: a process still holding a file must not keep the trial's disk alive."""
+    if is_mounted(path):
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def is_mounted(path: Path) -> bool:
+    return str(path) in mounts_under(path)
+
+
+def mounts_under(prefix: Path) -> list[str]:
+    """Mount points at or below `prefix`, deepest first (octal escapes decoded)."""
+    found: list[str] = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mounts").read_text().splitlines():
+            point = line.split()[1].replace("\\040", " ")
+            if point == str(prefix) or point.startswith(str(prefix).rstrip("/") + "/"):
+                found.append(point)
+    return sorted(found, key=len, reverse=True)

@@ -1,0 +1,370 @@
+"""The `process` backend: a trial cgroup for the limits, bubblewrap namespaces for isolation.
+
+Start = a trial cgroup with the limits written, a workspace (capped disk), and an idle bwrap init
+inside the cgroup; every phase enters the init's namespaces with nsenter, so background processes
+an agent starts are still there for the verifier, as in a container. Teardown kills the cgroup's
+processes, removes it and unmounts the disk; `reap` does the same for what a killed run left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import ClassVar
+
+from levelfield.errors import HostUnsupported, SandboxDied, SandboxStartError
+from levelfield.policy import Limits
+from levelfield.records import Evidence, PhaseResult
+from levelfield.sandbox import BackendOptions, Enforcement, Usage, _bwrap, _cgroup, _workspace
+from levelfield.tasks import Task
+
+INIT_START_TIMEOUT_S = 10.0
+OUTPUT_TAIL_BYTES = 2000
+BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/root",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+    "TMPDIR": "/tmp",
+}
+# `sh` moves itself into every hierarchy of the trial cgroup, then becomes the real command, so
+# that no fork happens outside the limits (and no preexec_fn runs in a threaded parent).
+_JOIN_CGROUP = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+
+
+class ProcessBackend:
+    name: ClassVar[str] = "process"
+
+    def __init__(self, options: BackendOptions) -> None:
+        self.options = options
+        self._host: _cgroup.CgroupHost | None = None
+
+    @property
+    def cgroups(self) -> _cgroup.CgroupHost:
+        if self._host is None:
+            self._host = _cgroup.detect()
+        return self._host
+
+    def check(self) -> list[str]:
+        problems = [
+            f"{tool} not found on PATH (Debian: apt-get install {pkg})"
+            for tool, pkg in (
+                ("bwrap", "bubblewrap"),
+                ("nsenter", "util-linux"),
+                ("mkfs.ext4", "e2fsprogs"),
+            )
+            if shutil.which(tool) is None
+        ]
+        if os.geteuid() != 0:
+            problems.append("the process backend writes cgroups and mounts: run as root")
+        try:
+            _ = self.cgroups
+        except HostUnsupported as exc:
+            problems.append(str(exc))
+        return problems
+
+    def enforcement(self) -> Enforcement:
+        v = self.cgroups.version
+        return Enforcement(
+            memory_ceiling="memory.limit_in_bytes" if v == 1 else "memory.max",
+            memory_floor="memory.soft_limit_in_bytes" if v == 1 else "memory.low",
+            cpu_ceiling="cpu.cfs_quota_us" if v == 1 else "cpu.max",
+            cpu_floor="cpu.shares" if v == 1 else "cpu.weight",
+            pids_ceiling="pids.max",
+            storage_ceiling="loop-mounted ext4 of the ceiling's size",
+            isolation=f"bubblewrap namespaces (pid, mount, ipc, uts, net) on cgroup v{v}",
+        )
+
+    def start(
+        self, task: Task, limits: Limits, *, trial_id: str, trial_dir: Path
+    ) -> ProcessSandbox:
+        problems = self.check()
+        if problems:
+            raise HostUnsupported("; ".join(problems))
+        cgroup = _cgroup.TrialCgroup(self.cgroups, self.options.run_id, trial_id)
+        workspace = None
+        try:
+            cgroup.create(limits)
+            workspace = _workspace.create_workspace(
+                trial_dir, task.workdir, limits.storage_ceiling_bytes
+            )
+            _seed_workdir(task, workspace.binds[task.workdir])
+            return ProcessSandbox.launch(task, limits, cgroup, workspace, trial_dir)
+        except BaseException:
+            cgroup.kill_all()
+            cgroup.remove()
+            if workspace is not None:
+                _workspace.destroy_workspace(workspace)
+            raise
+
+    def reap(self, run_id: str) -> int:
+        """Processes, cgroups and mounted disks of `run_id`'s trials that a dead harness left."""
+        removed = len(_cgroup.reap(self.cgroups, run_id))
+        trials = (self.options.run_dir / "trials").resolve()
+        for point in _workspace.mounts_under(trials):
+            _workspace.unmount(Path(point))
+            removed += 1
+        return removed
+
+
+def create(options: BackendOptions) -> ProcessBackend:
+    return ProcessBackend(options)
+
+
+def _seed_workdir(task: Task, workdir: Path) -> None:
+    """The build context (environment/ minus the Dockerfile) is what the image would hold."""
+    if not task.environment_dir.is_dir():
+        return
+    for entry in task.environment_dir.iterdir():
+        if entry.name == "Dockerfile":
+            continue
+        target = workdir / entry.name
+        if entry.is_dir():
+            shutil.copytree(entry, target, symlinks=True, dirs_exist_ok=True)
+        else:
+            shutil.copy2(entry, target)
+
+
+class ProcessSandbox:
+    """A started trial: the bwrap init in the trial cgroup, entered by each phase."""
+
+    def __init__(
+        self,
+        task: Task,
+        limits: Limits,
+        cgroup: _cgroup.TrialCgroup,
+        workspace: _workspace.Workspace,
+        init: subprocess.Popen[bytes],
+        init_pid: int,
+    ) -> None:
+        self.task, self.limits, self.cgroup, self.workspace = task, limits, cgroup, workspace
+        self._init, self.init_pid = init, init_pid
+        self._storage_full = False
+        self._storage_peak = 0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def launch(
+        cls,
+        task: Task,
+        limits: Limits,
+        cgroup: _cgroup.TrialCgroup,
+        workspace: _workspace.Workspace,
+        trial_dir: Path,
+    ) -> ProcessSandbox:
+        read_fd, write_fd = os.pipe()
+        argv = _bwrap.bwrap_argv(
+            workspace.binds,
+            workdir=task.workdir,
+            allow_network=task.allow_internet,
+            info_fd=write_fd,
+        )
+        with open(trial_dir / "sandbox.log", "ab") as log:
+            init = subprocess.Popen(
+                _joined(cgroup, argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,),
+            )
+        os.close(write_fd)
+        try:
+            init_pid = _read_child_pid(read_fd, init, trial_dir / "sandbox.log")
+        finally:
+            os.close(read_fd)
+        return cls(task, limits, cgroup, workspace, init, init_pid)
+
+    def exec(
+        self,
+        command: str,
+        *,
+        timeout_s: float,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> PhaseResult:
+        """Run `command` with bash in the sandbox; kill its process group at the timeout."""
+        if not self.is_alive():
+            raise SandboxDied(f"sandbox init {self.init_pid} is gone")
+        full_env = {**BASE_ENV, **(env or {})}
+        argv = _joined(
+            self.cgroup,
+            [
+                *_bwrap.nsenter_argv(self.init_pid, env=full_env),
+                "bash",
+                "-c",
+                command,
+            ],
+        )
+        started = time.monotonic()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            timed_out = _wait_or_kill(proc, timeout_s)
+        code = proc.returncode
+        return PhaseResult(
+            exit_code=None if timed_out else _exit_code(code),
+            signal=_signal_of(code) if not timed_out else None,
+            timed_out=timed_out,
+            duration_s=time.monotonic() - started,
+            output_tail=_tail(log_path),
+        )
+
+    def copy_in(self, src: Path, dest: PurePosixPath) -> None:
+        target = self.workspace.host_path(dest)
+        if src.is_dir():
+            _empty_dir(target)  # whatever the agent left at /tests must not reach the verifier
+            shutil.copytree(src, target, symlinks=True, dirs_exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+
+    def read_file(self, path: PurePosixPath) -> bytes | None:
+        try:
+            return self.workspace.host_path(path).read_bytes()
+        except (OSError, SandboxStartError):
+            return None
+
+    def usage(self) -> Usage:
+        reading = self.cgroup.usage()
+        free_used = self.workspace.free_and_used()
+        free, used = free_used if free_used else (None, None)
+        with self._lock:
+            if free is not None and free < _workspace.FULL_BELOW_BYTES:
+                self._storage_full = True
+            self._storage_peak = max(self._storage_peak, used or 0)
+        return Usage(reading.memory_bytes, reading.cpu_usage_s, used, free)
+
+    def is_alive(self) -> bool:
+        return self._init.poll() is None
+
+    def evidence(self) -> Evidence:
+        usage = self.usage()
+        counters = self.cgroup.counters()
+        return Evidence(
+            oom_kills=counters.oom_kills,
+            memory_failcnt=counters.memory_failcnt,
+            memory_peak_bytes=counters.memory_peak_bytes,
+            pids_max_hits=counters.pids_max_hits,
+            cpu_nr_periods=counters.cpu_nr_periods,
+            cpu_throttled_periods=counters.cpu_throttled_periods,
+            cpu_throttled_s=counters.cpu_throttled_s,
+            cpu_usage_s=counters.cpu_usage_s,
+            storage_used_bytes=self._storage_peak if usage.storage_used_bytes is not None else None,
+            storage_ceiling_bytes=self.limits.storage_ceiling_bytes,
+            storage_full=self._storage_full,
+            sandbox_alive=self.is_alive(),
+        )
+
+    def collect_logs(self, dest: Path) -> None:
+        source = self.workspace.binds[PurePosixPath("/logs")]
+        if source.is_dir():
+            shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.cgroup.kill_all()
+        with contextlib.suppress(ProcessLookupError):
+            self._init.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._init.wait(timeout=5)
+        self.cgroup.remove()
+        _workspace.destroy_workspace(self.workspace)
+
+
+def _empty_dir(path: Path) -> None:
+    """Empty, never remove: the directory may be a bind mount's source, live in the sandbox."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    path.mkdir(parents=True, exist_ok=True)
+    for entry in path.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def _joined(cgroup: _cgroup.TrialCgroup, argv: list[str]) -> list[str]:
+    return ["/bin/sh", "-c", _JOIN_CGROUP, "sh", *map(str, cgroup.procs_files()), "--", *argv]
+
+
+def _read_child_pid(read_fd: int, init: subprocess.Popen[bytes], log: Path) -> int:
+    """bwrap writes {"child-pid": N} once the namespaces are set up; EOF first means it failed."""
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + INIT_START_TIMEOUT_S
+    os.set_blocking(read_fd, False)
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(read_fd, 4096)
+        except BlockingIOError:
+            if init.poll() is not None:
+                break
+            time.sleep(0.005)
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+        with contextlib.suppress(json.JSONDecodeError):
+            pid = int(json.loads(b"".join(chunks))["child-pid"])
+            return _wait_ready(pid, init, deadline, log)
+    init.kill()
+    detail = log.read_text(errors="replace").strip()[-500:] if log.exists() else ""
+    raise SandboxStartError(f"bubblewrap did not start: {detail or 'no output'}")
+
+
+def _wait_ready(pid: int, init: subprocess.Popen[bytes], deadline: float, log: Path) -> int:
+    ready = Path(f"/proc/{pid}/root{_bwrap.READY_FILE}")
+    while time.monotonic() < deadline and init.poll() is None:
+        if ready.exists():
+            return pid
+        time.sleep(0.002)
+    init.kill()
+    detail = log.read_text(errors="replace").strip()[-500:] if log.exists() else ""
+    raise SandboxStartError(f"bubblewrap's init did not become ready: {detail or 'no output'}")
+
+
+def _wait_or_kill(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    try:
+        proc.wait(timeout=timeout_s)
+        return False
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return True
+
+
+def _exit_code(returncode: int) -> int:
+    """Shell convention: a death by signal N reads as 128 + N, as inside a container."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _signal_of(returncode: int) -> int | None:
+    if returncode < 0:
+        return -returncode
+    return returncode - 128 if 128 < returncode < 160 else None
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - OUTPUT_TAIL_BYTES))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,164 @@
+"""The run's SQLite store: one row per trial, committed the moment the trial ends.
+
+WAL mode, so `levelfield results` can read while a run writes. A writer holds an flock on
+`run.lock` for its whole life: a second live writer is refused, and a lock left by a killed
+harness vanishes with its process, so resuming never needs manual cleanup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from levelfield.errors import StoreError
+from levelfield.records import TrialRecord
+
+DB_NAME = "run.db"
+LOCK_NAME = "run.lock"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS plans (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, window TEXT NOT NULL, seed INTEGER NOT NULL,
+    created_at TEXT NOT NULL, trial_keys TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS trials (
+    trial_key TEXT NOT NULL, attempt INTEGER NOT NULL,
+    task TEXT NOT NULL, agent TEXT NOT NULL, policy TEXT NOT NULL, repeat INTEGER NOT NULL,
+    window TEXT NOT NULL, outcome TEXT NOT NULL, reason TEXT NOT NULL,
+    started_at TEXT NOT NULL, finished_at TEXT NOT NULL, record TEXT NOT NULL,
+    PRIMARY KEY (trial_key, attempt));
+"""
+
+
+class Store:
+    def __init__(self, run_dir: Path, conn: sqlite3.Connection, lock_fd: int | None) -> None:
+        self.run_dir, self._conn, self._lock_fd = run_dir, conn, lock_fd
+
+    @classmethod
+    def open_for_writing(cls, run_dir: Path) -> Store:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock_fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock_fd)
+            raise StoreError(f"{run_dir} is being written by another live levelfield run") from None
+        conn = _connect(run_dir / DB_NAME)
+        conn.executescript(SCHEMA)
+        return cls(run_dir, conn, lock_fd)
+
+    @classmethod
+    def open_for_reading(cls, run_dir: Path) -> Store:
+        db = run_dir / DB_NAME
+        if not db.is_file():
+            raise StoreError(f"{run_dir}: no run here (no {DB_NAME})")
+        return cls(run_dir, _connect(db), None)
+
+    def close(self) -> None:
+        self._conn.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def meta(self) -> dict[str, Any]:
+        rows = self._conn.execute("SELECT key, value FROM meta").fetchall()
+        return {k: json.loads(v) for k, v in rows}
+
+    def set_meta(self, values: dict[str, Any]) -> None:
+        with self._conn:
+            self._conn.executemany(
+                "INSERT INTO meta(key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [(k, json.dumps(v)) for k, v in values.items()],
+            )
+
+    def add_plan(self, window: str, seed: int, created_at: str, keys: Iterable[str]) -> None:
+        with self._conn:
+            self._conn.execute(
+                "INSERT INTO plans(window, seed, created_at, trial_keys) VALUES (?, ?, ?, ?)",
+                (window, seed, created_at, json.dumps(list(keys))),
+            )
+
+    def plans(self) -> list[dict[str, Any]]:
+        rows = self._conn.execute(
+            "SELECT window, seed, created_at, trial_keys FROM plans ORDER BY seq"
+        )
+        return [
+            {"window": w, "seed": s, "created_at": c, "trial_keys": json.loads(k)}
+            for w, s, c, k in rows
+        ]
+
+    def stored_keys(self) -> set[str]:
+        return {k for (k,) in self._conn.execute("SELECT DISTINCT trial_key FROM trials")}
+
+    def commit(self, record: TrialRecord) -> None:
+        """One transaction per trial: a crash loses at most the trials still running."""
+        try:
+            with self._conn:
+                self._conn.execute(
+                    "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        record.trial_key,
+                        record.attempt,
+                        record.task,
+                        record.agent,
+                        record.policy,
+                        record.repeat,
+                        record.window,
+                        record.outcome.value,
+                        record.reason.value,
+                        record.started_at,
+                        record.finished_at,
+                        record.model_dump_json(),
+                    ),
+                )
+        except sqlite3.IntegrityError as exc:
+            raise StoreError(
+                f"trial {record.trial_key} attempt {record.attempt} is already stored"
+            ) from exc
+
+    def records(self) -> Iterator[TrialRecord]:
+        for (raw,) in self._conn.execute("SELECT record FROM trials ORDER BY finished_at"):
+            yield load_record(raw)
+
+    def count(self) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
+
+
+def load_record(raw: str) -> TrialRecord:
+    """A record without schema_version is v1; an unknown version is refused, not misread."""
+    data = json.loads(raw)
+    version = data.setdefault("schema_version", 1)
+    if version != 1:
+        raise StoreError(f"trial record schema_version {version} is newer than this levelfield")
+    return TrialRecord.model_validate(data)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    try:
+        conn = sqlite3.connect(path, timeout=30, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path}: not a usable levelfield store ({exc})") from exc
+    return conn
+
+
+@contextlib.contextmanager
+def reading(run_dir: Path) -> Iterator[Store]:
+    store = Store.open_for_reading(run_dir)
+    try:
+        yield store
+    finally:
+        store.close()

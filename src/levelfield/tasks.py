@@ -1,0 +1,237 @@
+"""dataset → tasks: load and validate Harbor-format task directories.
+
+A task is `task.toml`, `instruction.md`, `environment/` (Dockerfile + build context),
+`tests/test.sh` and optionally `solution/solve.sh`. Sizes become bytes here, once. A malformed
+task yields a `TaskProblem` naming the file and the field; it never stops the other tasks.
+task.toml tolerates unknown keys (Harbor adds them over time) but the loader lists them.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from levelfield._units import parse_bytes
+from levelfield.errors import TaskError
+
+# Harbor's defaults for a task.toml that leaves a field out (harbor/models/task/config.py).
+DEFAULT_CPUS = 1.0
+DEFAULT_MEMORY_MB = 2048
+DEFAULT_STORAGE_MB = 10240
+DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_WORKDIR = PurePosixPath("/app")  # the WORKDIR every Terminal-Bench 2.0 Dockerfile sets
+_MIB = 1024 * 1024
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    def unknown_keys(self) -> list[str]:
+        return sorted((self.model_extra or {}).keys())
+
+
+class _EnvironmentSection(_Section):
+    cpus: float = Field(DEFAULT_CPUS, gt=0)
+    memory_mb: int | None = Field(None, gt=0)
+    memory: str | None = None  # older Harbor spelling: "2G"
+    storage_mb: int | None = Field(None, gt=0)
+    storage: str | None = None
+    build_timeout_sec: float = Field(600.0, gt=0)
+    docker_image: str | None = None
+    allow_internet: bool = False
+
+    @model_validator(mode="after")
+    def _sizes_parse(self) -> _EnvironmentSection:
+        for name in ("memory", "storage"):
+            text = getattr(self, name)
+            if text is not None:
+                try:
+                    if parse_bytes(text) <= 0:
+                        raise ValueError("must be positive")
+                except ValueError as exc:
+                    raise ValueError(f"{name}: {exc}") from None
+        return self
+
+
+class _TimeoutSection(_Section):
+    timeout_sec: float = Field(DEFAULT_TIMEOUT_S, gt=0)
+
+
+class _TaskToml(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    version: str = "1.0"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    environment: _EnvironmentSection = Field(default_factory=_EnvironmentSection)
+    agent: _TimeoutSection = Field(default_factory=_TimeoutSection)
+    verifier: _TimeoutSection = Field(default_factory=_TimeoutSection)
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """The task's own resource request: the "1x" every policy multiplies."""
+
+    cpus: float
+    memory_bytes: int
+    storage_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    name: str
+    path: Path
+    spec: Spec
+    instruction: str
+    agent_timeout_s: float
+    verifier_timeout_s: float
+    build_timeout_s: float
+    workdir: PurePosixPath
+    allow_internet: bool = False
+    docker_image: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    unknown_keys: tuple[str, ...] = ()
+
+    @property
+    def environment_dir(self) -> Path:
+        return self.path / "environment"
+
+    @property
+    def tests_dir(self) -> Path:
+        return self.path / "tests"
+
+    @property
+    def solution_dir(self) -> Path:
+        return self.path / "solution"
+
+    @property
+    def has_solution(self) -> bool:
+        return (self.solution_dir / "solve.sh").is_file()
+
+    def dockerfile_run_steps(self) -> list[str]:
+        """RUN lines the process backend cannot replay (it runs on the host's userland)."""
+        dockerfile = self.environment_dir / "Dockerfile"
+        if not dockerfile.is_file():
+            return []
+        lines = dockerfile.read_text(errors="replace").splitlines()
+        return [ln.strip() for ln in lines if ln.strip().upper().startswith("RUN ")]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskProblem:
+    path: Path
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dataset:
+    """Tasks that loaded, and the problems of those that did not."""
+
+    path: Path
+    tasks: tuple[Task, ...]
+    problems: tuple[TaskProblem, ...]
+
+    def by_name(self) -> dict[str, Task]:
+        return {t.name: t for t in self.tasks}
+
+
+def load_dataset(path: Path) -> Dataset:
+    """A directory of tasks, or a single task directory (one holding task.toml)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise TaskError(path, "dataset directory not found")
+    candidates = [path] if (path / "task.toml").is_file() else _task_dirs(path)
+    tasks: list[Task] = []
+    problems: list[TaskProblem] = []
+    for candidate in candidates:
+        try:
+            tasks.append(load_task(candidate))
+        except TaskError as exc:
+            problems.append(TaskProblem(candidate, str(exc)))
+    return Dataset(path, tuple(tasks), tuple(problems))
+
+
+def _task_dirs(path: Path) -> list[Path]:
+    """Subdirectories that look like tasks: a task.toml, or any Harbor part (so typos surface)."""
+    markers = ("task.toml", "instruction.md", "tests", "environment")
+    return sorted(
+        p
+        for p in path.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and any((p / m).exists() for m in markers)
+    )
+
+
+def load_task(path: Path) -> Task:
+    path = Path(path).resolve()
+    config = _read_task_toml(path / "task.toml")
+    _require_file(path / "instruction.md", "the task's instruction to the agent")
+    _require_file(path / "tests" / "test.sh", "the verifier script")
+    env = config.environment
+    return Task(
+        name=path.name,
+        path=path,
+        spec=_spec_of(env),
+        instruction=(path / "instruction.md").read_text(errors="replace"),
+        agent_timeout_s=config.agent.timeout_sec,
+        verifier_timeout_s=config.verifier.timeout_sec,
+        build_timeout_s=env.build_timeout_sec,
+        workdir=_workdir_of(path / "environment" / "Dockerfile"),
+        allow_internet=env.allow_internet,
+        docker_image=env.docker_image,
+        metadata=dict(config.metadata),
+        unknown_keys=tuple(_unknown_keys(config)),
+    )
+
+
+def _read_task_toml(toml_path: Path) -> _TaskToml:
+    _require_file(toml_path, "the task's configuration")
+    try:
+        raw = tomllib.loads(toml_path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise TaskError(toml_path, f"not valid TOML: {exc}") from exc
+    try:
+        return _TaskToml.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field_name = ".".join(str(p) for p in first["loc"]) or None
+        raise TaskError(toml_path, first["msg"], field=field_name) from exc
+
+
+def _require_file(path: Path, what: str) -> None:
+    if not path.is_file():
+        raise TaskError(path, f"missing ({what})")
+
+
+def _spec_of(env: _EnvironmentSection) -> Spec:
+    memory = env.memory_mb * _MIB if env.memory_mb else None
+    storage = env.storage_mb * _MIB if env.storage_mb else None
+    return Spec(
+        cpus=float(env.cpus),
+        memory_bytes=memory
+        or (parse_bytes(env.memory) if env.memory else DEFAULT_MEMORY_MB * _MIB),
+        storage_bytes=storage
+        or (parse_bytes(env.storage) if env.storage else DEFAULT_STORAGE_MB * _MIB),
+    )
+
+
+_WORKDIR_LINE = re.compile(r"^\s*WORKDIR\s+(\S+)", re.IGNORECASE | re.MULTILINE)
+
+
+def _workdir_of(dockerfile: Path) -> PurePosixPath:
+    """The last WORKDIR of the Dockerfile, as the container would start in it."""
+    if not dockerfile.is_file():
+        return DEFAULT_WORKDIR
+    found = _WORKDIR_LINE.findall(dockerfile.read_text(errors="replace"))
+    if not found or not found[-1].startswith("/"):
+        return DEFAULT_WORKDIR
+    return PurePosixPath(found[-1])
+
+
+def _unknown_keys(config: _TaskToml) -> list[str]:
+    keys = [f"{k}" for k in (config.model_extra or {})]
+    for name in ("environment", "agent", "verifier"):
+        keys += [f"{name}.{k}" for k in getattr(config, name).unknown_keys()]
+    return keys
