@@ -24,7 +24,7 @@ tasks_app = typer.Typer(no_args_is_help=True, help="Inspect and validate task di
 app.add_typer(tasks_app, name="tasks")
 # Tables are wide; piped output (CI logs, files) gets room instead of rich's default 80 columns.
 console = Console(width=None if Console().is_terminal else 200)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 Dataset = Annotated[Path, typer.Argument(help="Directory of Harbor-format tasks (or one task).")]
 RunDir = Annotated[Path, typer.Argument(help="A run directory written by `levelfield run`.")]
@@ -94,8 +94,13 @@ def _execute(cfg: RunConfig) -> None:
     from levelfield.store import reading
 
     signal.signal(signal.SIGTERM, _interrupt)
-    with TrialProgress(err, concurrency=cfg.concurrency) as progress:
-        result = run_trials(cfg, on_plan=progress.plan, on_trial=progress.advance)
+    try:
+        with TrialProgress(err, concurrency=cfg.concurrency) as progress:
+            result = run_trials(cfg, on_plan=progress.plan, on_trial=progress.advance)
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted[/]: finished trials are stored in {cfg.out}; "
+                  "run the same command to resume")
+        raise typer.Exit(130) from None
     for problem in result.task_problems:
         err.print(f"[yellow]skipped task[/] {problem.message}")
     with reading(result.run_dir) as store:

@@ -169,15 +169,35 @@ def resolve_policy(text: str) -> Policy:
 
 
 def policy_from_bounds(floor: str, ceiling: str | None) -> Policy:
-    """`--floor 1x --ceiling 3x`: the same bounds on every resource; a preset's name if equal."""
-    ceiling_text = (
-        None if ceiling is None or ceiling.strip().lower() in ("none", "uncapped") else ceiling
-    )
-    candidate = _uniform(f"{floor.strip()}/{(ceiling_text or 'none').strip()}", floor, ceiling_text)
+    """`--floor 1x --ceiling 3x`: a multiple applies to every resource; absolute amounts name
+    theirs (`memory=4g,cpus=2`), the resources left out staying at 1x. A preset's name if equal."""
+    floors, ceilings = _per_resource(floor), _per_resource(ceiling or "none")
+    bounds = {
+        r: ResourceBounds(floor=floors.get(r) or "1x", ceiling=ceilings.get(r, "1x"))
+        for r in RESOURCES
+    }
+    name = f"{floor.strip()}/{(ceiling or 'none').strip()}"
+    candidate = Policy(name=name, **bounds)
     for preset in PRESETS.values():
         if preset.describe() == candidate.describe():
             return preset
     return candidate
+
+
+def _per_resource(text: str) -> dict[Resource, str | None]:
+    cleaned = text.strip().lower()
+    if "=" not in cleaned:
+        if cleaned in ("none", "uncapped") or _MULTIPLE.match(cleaned):
+            value = None if cleaned in ("none", "uncapped") else cleaned
+            return dict.fromkeys(RESOURCES, value)
+        raise PolicyError(f"{text!r} is an absolute amount: name its resource, e.g. memory={text}")
+    out: dict[Resource, str | None] = {}
+    for part in cleaned.split(","):
+        resource, _, value = part.partition("=")
+        if resource.strip() not in RESOURCES:
+            raise PolicyError(f"{part!r}: resources are {', '.join(RESOURCES)}")
+        out[resource.strip()] = None if value.strip() in ("none", "uncapped") else value.strip()  # type: ignore[index]
+    return out
 
 
 @dataclass(frozen=True, slots=True)

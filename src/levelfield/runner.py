@@ -69,6 +69,7 @@ def run_trial(trial: Trial, backend: Backend, ctx: TrialContext) -> TrialRecord:
                 ctx.track(box, alive=False)
     except Exception as exc:  # a harness bug is recorded too; cancellation propagates
         log.error = exc
+    log.evidence = with_log_evidence(log)
     reason = classify(log)
     record = TrialRecord(
         trial_key=trial.key,
@@ -125,6 +126,21 @@ def record_without_sandbox(trial: Trial, ctx: TrialContext, exc: BaseException) 
         finished_at=now,
         duration_s=0.0,
     )
+
+
+ENOSPC_TEXT = "No space left on device"
+
+
+def with_log_evidence(log: PhaseLog) -> Evidence | None:
+    """A disk filled and emptied again between two samples still left its error in the output."""
+    evidence = log.evidence
+    if evidence is None or evidence.storage_full or evidence.storage_ceiling_bytes is None:
+        return evidence
+    tails = [p.output_tail for p in (log.agent, log.verifier) if p is not None]
+    if not any(ENOSPC_TEXT in tail for tail in tails):
+        return evidence
+    note = f"'{ENOSPC_TEXT}' in the phase output under a storage ceiling"
+    return evidence.model_copy(update={"storage_full": True, "notes": (*evidence.notes, note)})
 
 
 def _phases(

@@ -26,7 +26,10 @@ LAYOUT = {
     PurePosixPath("/root"): "home",
 }
 LOG_SUBDIRS = ("agent", "verifier", "artifacts")
-FULL_BELOW_BYTES = 256 * 1024  # ext4 keeps a few blocks back; "full" is within this of zero
+# A writer with big buffers stops short of the last block it could not fill whole (dd bs=1M
+# leaves up to 1 MiB), so "full" is free space under 1 MiB or 1 % of the disk.
+FULL_BELOW_BYTES = 1 << 20
+FULL_BELOW_FRACTION = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,14 @@ class Workspace:
         except OSError:
             return None
         return st.f_bavail * st.f_frsize, (st.f_blocks - st.f_bfree) * st.f_frsize
+
+    def is_full(self, free_bytes: int) -> bool:
+        try:
+            st = os.statvfs(self.root)
+        except OSError:
+            return False
+        capacity = st.f_blocks * st.f_frsize
+        return free_bytes < max(FULL_BELOW_BYTES, FULL_BELOW_FRACTION * capacity)
 
 
 def create_workspace(

@@ -244,7 +244,7 @@ class ProcessSandbox:
         free_used = self.workspace.free_and_used()
         free, used = free_used if free_used else (None, None)
         with self._lock:
-            if free is not None and free < _workspace.FULL_BELOW_BYTES:
+            if free is not None and self.workspace.is_full(free):
                 self._storage_full = True
             self._storage_peak = max(self._storage_peak, used or 0)
         return Usage(reading.memory_bytes, reading.cpu_usage_s, used, free)

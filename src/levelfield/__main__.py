@@ -1,0 +1,3 @@
+from levelfield.cli import main
+
+main()

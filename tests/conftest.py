@@ -1,0 +1,103 @@
+"""Shared fixtures: tiny tasks written on the fly, the TB2 sample read from ../shared.
+
+A missing prerequisite (root, bubblewrap, cgroups) skips a sandbox test with its reason on a
+laptop, but fails it when CI=true: a green run that skipped every sandbox proves nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TB2_SAMPLE = REPO.parent / "shared" / "tb2-sample"
+EXAMPLES = REPO / "examples"
+
+
+def missing_sandbox_prerequisites() -> list[str]:
+    missing = [tool for tool in ("bwrap", "nsenter", "mkfs.ext4") if shutil.which(tool) is None]
+    if os.geteuid() != 0:
+        missing.append("root")
+    if (
+        not Path("/sys/fs/cgroup/memory").is_dir()
+        and not Path("/sys/fs/cgroup/cgroup.controllers").is_file()
+    ):
+        missing.append("cgroups")
+    return missing
+
+
+def require(condition_missing: list[str], what: str) -> None:
+    if not condition_missing:
+        return
+    message = f"{what} needs: {', '.join(condition_missing)}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message + " (CI=true: prerequisites must be installed, not skipped)")
+    pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_prerequisites(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("sandbox"):
+        require(missing_sandbox_prerequisites(), "a process sandbox")
+
+
+MakeTask = Callable[..., Path]
+
+
+@pytest.fixture
+def make_task(tmp_path: Path) -> MakeTask:
+    """Writes a Harbor-format task; `solve` and `test` are bash bodies (test defaults to
+    checking /app/done exists)."""
+
+    def make(
+        name: str = "t",
+        *,
+        solve: str = "touch /app/done",
+        test: str | None = None,
+        memory_mb: int = 64,
+        cpus: float = 1,
+        storage_mb: int = 64,
+        agent_timeout: float = 30,
+        verifier_timeout: float = 30,
+        extra_toml: str = "",
+        files: dict[str, str] | None = None,
+    ) -> Path:
+        root = tmp_path / "dataset" / name
+        for part in ("environment", "tests", "solution"):
+            (root / part).mkdir(parents=True, exist_ok=True)
+        (root / "task.toml").write_text(
+            textwrap.dedent(f"""\
+            version = "1.0"
+            [environment]
+            cpus = {cpus}
+            memory_mb = {memory_mb}
+            storage_mb = {storage_mb}
+            [agent]
+            timeout_sec = {agent_timeout}
+            [verifier]
+            timeout_sec = {verifier_timeout}
+            """)
+            + extra_toml
+        )
+        (root / "instruction.md").write_text(f"Task {name}.\n")
+        (root / "environment" / "Dockerfile").write_text(
+            "FROM debian:bookworm-slim\nWORKDIR /app\n"
+        )
+        (root / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{solve}\n")
+        default_test = "test -e /app/done"
+        (root / "tests" / "test.sh").write_text(
+            "#!/bin/bash\n"
+            f"if {{ {test or default_test}; }}; then echo 1 > /logs/verifier/reward.txt; "
+            "else echo 0 > /logs/verifier/reward.txt; fi\n"
+        )
+        for rel, content in (files or {}).items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(content)
+        return root
+
+    return make

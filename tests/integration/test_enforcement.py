@@ -1,0 +1,142 @@
+"""Real enforcement on the process sandbox: the kernel kills, throttles and refuses."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from levelfield.policy import PRESETS, Policy
+from levelfield.records import Outcome, Reason
+
+from ..conftest import MakeTask
+from ._helpers import leftovers, run_one, run_records, run_with_policy
+
+pytestmark = pytest.mark.sandbox
+
+# Touches every page (b"x" * n), unlike bytes(n), whose zero pages cost no memory.
+ALLOC_THEN_MARK = 'python3 -c \'b = b"x" * ({mb} << 20); open("/app/done", "w").write("ok")\''
+
+
+def test_twice_the_spec_is_oom_killed_under_strict_and_passes_under_headroom(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    task = make_task("spike", solve=ALLOC_THEN_MARK.format(mb=128), memory_mb=64)
+    strict = run_one(task, tmp_path / "strict", "strict")
+    assert (strict.outcome, strict.reason) == (Outcome.INFRA_ERROR, Reason.OOM_KILLED)
+    assert strict.evidence.oom_kills >= 1 and strict.evidence.memory_failcnt > 0
+    assert strict.evidence.memory_peak_bytes <= 64 << 20
+    headroom = run_one(task, tmp_path / "headroom", "headroom")
+    assert (headroom.outcome, headroom.reason) == (Outcome.PASSED, Reason.TESTS_PASSED)
+    assert headroom.evidence.oom_kills == 0
+    assert headroom.evidence.memory_peak_bytes > 128 << 20  # the kernel's high-water mark
+    assert headroom.limits["memory_ceiling_bytes"] == 3 * (64 << 20)
+
+
+def test_cpu_bound_work_is_throttled_under_a_one_cpu_ceiling(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    burn = "timeout 1.5 sh -c 'while :; do :; done'"
+    task = make_task("burn", solve=f"{burn} & {burn} & wait; touch /app/done", cpus=1)
+    strict = run_one(task, tmp_path / "strict", "strict")
+    assert strict.outcome is Outcome.PASSED
+    assert strict.evidence.cpu_throttled_periods > 0 and strict.evidence.cpu_throttled_s > 0.2
+    uncapped = run_one(task, tmp_path / "uncapped", "uncapped")
+    assert uncapped.evidence.cpu_throttled_periods == 0
+    assert len(uncapped.telemetry.samples) >= 2  # the sampler ran beside the trial
+
+
+def test_fork_bomb_hits_the_pids_ceiling_and_the_host_is_unaffected(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    bomb = "bomb() { bomb | bomb & }; bomb; sleep 30"
+    task = make_task("bomb", solve=bomb, agent_timeout=4, memory_mb=512)
+    tight = Policy(name="tight-pids", pids_max=64)
+    record = run_with_policy(task, tmp_path / "bomb", tight)
+    assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.PIDS_EXHAUSTED)
+    assert record.evidence.pids_max_hits > 0
+    assert subprocess.run(["true"]).returncode == 0  # the host still forks
+    assert leftovers("api-bomb", tmp_path / "bomb") == []
+
+
+def test_writing_past_the_storage_ceiling_is_storage_exhausted(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    fill = "dd if=/dev/zero of=/app/blob bs=1M count=32 && touch /app/done"
+    task = make_task("disk", solve=fill, storage_mb=16)
+    strict = run_one(task, tmp_path / "strict", "strict")
+    assert (strict.outcome, strict.reason) == (Outcome.INFRA_ERROR, Reason.STORAGE_EXHAUSTED)
+    assert strict.evidence.storage_full and strict.evidence.storage_ceiling_bytes == 16 << 20
+    assert "No space left on device" in strict.agent_phase.output_tail
+    assert run_one(task, tmp_path / "headroom", "headroom").outcome is Outcome.PASSED
+
+
+def test_timeouts_by_phase(make_task: MakeTask, tmp_path: Path) -> None:
+    slow_agent = make_task("slow-agent", solve="sleep 20; touch /app/done", agent_timeout=1)
+    record = run_one(slow_agent, tmp_path / "a", "strict")
+    assert (record.outcome, record.reason) == (Outcome.FAILED, Reason.AGENT_TIMEOUT)
+    assert record.agent_phase.timed_out and record.duration_s < 10
+    slow_tests = make_task("slow-tests", test="sleep 20", verifier_timeout=1)
+    record = run_one(slow_tests, tmp_path / "v", "strict")
+    assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.VERIFIER_TIMEOUT)
+
+
+def test_the_agent_sees_no_tests_no_network_and_no_host_files(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    probe = (
+        "ls -A /tests > /app/tests_seen; ls -A / > /app/root_seen; "
+        "grep -c : /proc/net/dev > /app/interfaces; touch /app/done"
+    )
+    task = make_task(
+        "probe",
+        solve=probe,
+        test="test ! -s /app/tests_seen && test -s /tests/test.sh && "
+        "! grep -qx work /app/root_seen && ! grep -qx home /app/root_seen && "
+        'test "$(cat /app/interfaces)" = 1',
+    )
+    record = run_one(task, tmp_path / "r", "strict")
+    assert record.outcome is Outcome.PASSED, record
+
+
+def test_background_processes_live_until_the_verifier_then_nothing_is_left(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    task = make_task(
+        "daemon",
+        solve="sleep 300 & echo $! > /app/pid; touch /app/done",
+        test='kill -0 "$(cat /app/pid)"',
+    )
+    records = run_records(task, tmp_path / "r", policies=["strict"], repeats=2, concurrency=2)
+    assert [r.outcome for r in records] == [Outcome.PASSED, Outcome.PASSED]
+    assert leftovers(records[0].run_id, tmp_path / "r") == []
+    assert not list((tmp_path / "r" / "trials").glob("*/work/*"))  # workspaces removed
+
+
+def test_a_missing_solution_is_the_agents_error_and_the_run_goes_on(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    make_task("fine")
+    broken = make_task("no-solution")
+    (broken / "solution" / "solve.sh").unlink()
+    records = {r.task: r for r in run_records(broken.parent, tmp_path / "r")}
+    assert records["fine"].outcome is Outcome.PASSED
+    assert (records["no-solution"].outcome, records["no-solution"].reason) == (
+        Outcome.FAILED,
+        Reason.AGENT_ERROR,
+    )
+    assert "solve.sh: missing" in (records["no-solution"].error or "")
+
+
+def test_a_floor_the_host_can_never_hold_is_refused_as_an_infra_error(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    task = make_task("greedy", cpus=64)
+    record = run_one(task, tmp_path / "r", "strict")
+    assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.SANDBOX_ERROR)
+    assert "exceeds this host" in (record.error or "")
+
+
+def test_presets_are_what_the_issue_names() -> None:
+    assert set(PRESETS) == {"strict", "headroom", "uncapped"}

@@ -1,0 +1,103 @@
+"""`kill -9` of the harness mid-run, then the same command again: every trial exactly once,
+and no cgroup, process, mount or workspace left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from levelfield.store import reading
+
+from ..conftest import MakeTask
+from ._helpers import leftovers
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
+
+def _stored(run_dir: Path) -> int:
+    try:
+        with sqlite3.connect(run_dir / "run.db") as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def _command(dataset: Path, out: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "levelfield",
+        "run",
+        str(dataset),
+        "--out",
+        str(out),
+        "--policy",
+        "strict",
+        "--policy",
+        "uncapped",
+        "--repeats",
+        "2",
+        "--concurrency",
+        "2",
+    ]
+
+
+def test_kill_9_mid_run_then_resume_runs_every_trial_exactly_once(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    for name in ("a", "b", "c"):
+        root = make_task(name, solve="sleep 1.5; touch /app/done")
+    out = tmp_path / "run"
+    harness = subprocess.Popen(
+        _command(root.parent, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 60
+    while _stored(out) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _stored(out) >= 3, "the harness never stored a trial"
+    os.kill(harness.pid, signal.SIGKILL)
+    harness.wait()
+    interrupted = _stored(out)
+    assert interrupted < 12, "the run finished before it could be killed"
+
+    resumed = subprocess.run(
+        _command(root.parent, out), capture_output=True, text=True, timeout=180
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{12 - interrupted} trials to run ({interrupted} already stored)" in resumed.stderr
+    with reading(out) as store:
+        records = list(store.records())
+        run_id = store.meta()["run_id"]
+    keys = [r.trial_key for r in records]
+    assert len(keys) == len(set(keys)) == 12
+    assert all(r.outcome.value == "passed" for r in records)
+    assert leftovers(run_id, out) == []
+    assert not list((out / "trials").glob("*/work/*")) and not list(out.glob("trials/*/disk.img"))
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_finished_trials(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    for name in ("a", "b"):
+        root = make_task(name, solve="sleep 2; touch /app/done")
+    out = tmp_path / "run"
+    harness = subprocess.Popen(
+        _command(root.parent, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 60
+    while _stored(out) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    harness.send_signal(signal.SIGINT)
+    _, stderr = harness.communicate(timeout=60)
+    assert harness.returncode == 130 and "run the same command to resume" in stderr
+    with reading(out) as store:
+        run_id = store.meta()["run_id"]
+        assert all(r.outcome.value == "passed" for r in store.records())  # no half-done trial
+    assert leftovers(run_id, out) == []

@@ -1,0 +1,63 @@
+"""Parsing of /proc and cgroup files, on the formats the kernel writes (v2 cannot be exercised
+on a v1 host, so its counters are read from files laid out as the kernel lays them out)."""
+
+from pathlib import Path
+
+from levelfield.sandbox._cgroup import CgroupHost, TrialCgroup, _own_paths, _v1_mounts
+
+PROC_CGROUP_V1 = """9:name=systemd:/
+8:pids:/
+4:memory:/process_api/abc
+2:cpu,cpuacct:/
+0::/
+"""
+PROC_MOUNTS = """cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,nosuid,relatime,cpu,cpuacct 0 0
+cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0
+cgroup /sys/fs/cgroup/pids cgroup rw,relatime,pids 0 0
+cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
+"""
+
+
+def test_own_paths_and_joint_v1_mounts() -> None:
+    own = _own_paths(PROC_CGROUP_V1)
+    assert own["memory"] == "/process_api/abc" and own["cpuacct"] == "/" and own[""] == "/"
+    mounts = _v1_mounts(PROC_MOUNTS)
+    assert mounts["cpu"] == mounts["cpuacct"] == Path("/sys/fs/cgroup/cpu,cpuacct")
+    assert "unified" not in {p.name for p in mounts.values()}
+
+
+def test_v2_counters_are_read_from_the_kernels_files(tmp_path: Path) -> None:
+    host = CgroupHost(2, {"unified": tmp_path})
+    cgroup = TrialCgroup(host, "run", "trial")
+    d = cgroup.dirs["unified"]
+    d.mkdir(parents=True)
+    (d / "memory.events").write_text("low 0\nhigh 0\nmax 17\noom 2\noom_kill 2\noom_group_kill 0\n")
+    (d / "memory.peak").write_text("104857600\n")
+    (d / "memory.current").write_text("4096\n")
+    (d / "pids.events").write_text("max 5\n")
+    (d / "cpu.stat").write_text(
+        "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n"
+        "nr_periods 40\nnr_throttled 12\nthrottled_usec 750000\n"
+    )
+    counters = cgroup.counters()
+    assert (counters.oom_kills, counters.memory_failcnt, counters.pids_max_hits) == (2, 17, 5)
+    assert counters.memory_peak_bytes == 100 << 20
+    assert (counters.cpu_nr_periods, counters.cpu_throttled_periods) == (40, 12)
+    assert counters.cpu_throttled_s == 0.75 and counters.cpu_usage_s == 2.5
+    assert cgroup.usage().memory_bytes == 4096
+    assert cgroup.procs_files() == [d / "cgroup.procs"]
+
+
+def test_v1_trial_dirs_nest_under_each_controllers_own_cgroup(tmp_path: Path) -> None:
+    host = CgroupHost(
+        1,
+        {
+            "memory": tmp_path / "memory/process_api/abc",
+            "cpu": tmp_path / "cpu",
+            "cpuacct": tmp_path / "cpu",
+            "pids": tmp_path / "pids",
+        },
+    )
+    cgroup = TrialCgroup(host, "run1", "t1")
+    assert cgroup.dirs["memory"] == tmp_path / "memory/process_api/abc/levelfield/run1/t1"
+    assert len(cgroup.procs_files()) == 3  # cpu and cpuacct share one hierarchy here

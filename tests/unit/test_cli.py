@@ -1,0 +1,74 @@
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+import levelfield
+from levelfield.cli import app
+
+from ..conftest import MakeTask
+
+runner = CliRunner()
+
+
+def test_public_names_are_pinned() -> None:
+    assert sorted(levelfield.__all__) == sorted(
+        [
+            "PRESETS",
+            "LevelfieldError",
+            "Limits",
+            "Outcome",
+            "Policy",
+            "Reason",
+            "RunConfig",
+            "Task",
+            "Trial",
+            "TrialRecord",
+            "apply_policy",
+            "classify",
+            "load_dataset",
+            "load_task",
+            "plan_trials",
+            "resolve_policy",
+            "run",
+            "run_trial",
+        ]
+    )
+    assert len(levelfield.__all__) <= 20
+
+
+def test_help_explains_the_verbs() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for verb in ("run", "results", "tasks", "doctor", "reap"):
+        assert verb in result.output
+    run_help = runner.invoke(app, ["run", "--help"]).output
+    assert "resume" in run_help and "headroom" in run_help
+
+
+def _levelfield(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "levelfield", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_bad_input_exits_2_with_a_message_not_a_traceback(make_task: MakeTask, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    root = make_task()
+    done = _levelfield("run", str(root.parent), "--out", str(tmp_path / "r"), "--policy", "huge")
+    assert done.returncode == 2 and "unknown policy 'huge'" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = _levelfield("results", str(tmp_path / "nothing"))
+    assert done.returncode == 1 and "no run here" in done.stderr
+
+
+def test_tasks_check_lists_problems_and_exits_1(make_task: MakeTask) -> None:
+    make_task("fine")
+    bad = make_task("bad")
+    (bad / "task.toml").write_text("[agent]\ntimeout_sec = 'soon'\n")
+    done = _levelfield("tasks", "check", str(bad.parent))
+    assert done.returncode == 1
+    assert (
+        "bad" in done.stdout
+        and "agent.timeout_sec" in done.stdout
+        and "1 with problems" in done.stdout
+    )
