@@ -88,6 +88,58 @@ def run(
     _execute(cfg)
 
 
+@app.command()
+def sweep(
+    dataset: Dataset,
+    out: Annotated[Path, typer.Option(help="Run directory; rerun to resume or add a window.")],
+    agents: Annotated[
+        str, typer.Option(help="Comma-separated agents, e.g. oracle,replay:lean.")
+    ] = "oracle",
+    policies: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated policies; a bare multiplier is floor 1x, ceiling that multiple "
+            "(3x = headroom)."
+        ),
+    ] = "strict,3x,uncapped",
+    repeats: Annotated[int, typer.Option(min=1, help="Trials per task and configuration.")] = 3,
+    concurrency: Annotated[int, typer.Option(min=1, help="Trials in flight at once.")] = 1,
+    concurrency_levels: Annotated[
+        str | None, typer.Option(help="Trials in flight as a factor of the design, e.g. 1,2.")
+    ] = None,
+    window: Annotated[
+        str,
+        typer.Option(
+            help="Time-window label: the same sweep run again later "
+            "under a new label adds a window."
+        ),
+    ] = "default",
+    seed: Annotated[int, typer.Option(help="Seed of the interleaved order.")] = 0,
+    backend: Annotated[str, typer.Option(help="process or oci.")] = "process",
+    html: Annotated[Path | None, typer.Option(help="Also write the HTML report here.")] = None,
+    report: Annotated[bool, typer.Option(help="Print the report when done.")] = True,
+) -> None:
+    """Every agent under every policy, interleaved in a seeded order; then the report."""
+    levels = [int(x) for x in concurrency_levels.split(",")] if concurrency_levels else None
+    cfg = RunConfig(
+        dataset=dataset,
+        out=out,
+        agents=agents.split(","),
+        policies=policies.split(","),
+        repeats=repeats,
+        concurrency=concurrency,
+        concurrency_levels=levels,
+        window=window,
+        seed=seed,
+        backend=backend,
+    )
+    _execute(cfg)
+    if report or html:
+        from levelfield._cli_analysis import report as report_command
+
+        report_command(out, html=html, json_out=False, card=False, margin="2pp", seed=seed)
+
+
 def _execute(cfg: RunConfig) -> None:
     from levelfield.executor import run as run_trials
     from levelfield.report.progress import TrialProgress
@@ -98,8 +150,10 @@ def _execute(cfg: RunConfig) -> None:
         with TrialProgress(err, concurrency=cfg.concurrency) as progress:
             result = run_trials(cfg, on_plan=progress.plan, on_trial=progress.advance)
     except KeyboardInterrupt:
-        err.print(f"[yellow]interrupted[/]: finished trials are stored in {cfg.out}; "
-                  "run the same command to resume")
+        err.print(
+            f"[yellow]interrupted[/]: finished trials are stored in {cfg.out}; "
+            "run the same command to resume"
+        )
         raise typer.Exit(130) from None
     for problem in result.task_problems:
         err.print(f"[yellow]skipped task[/] {problem.message}")

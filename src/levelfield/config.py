@@ -31,10 +31,20 @@ class RunConfig(BaseModel):
     ceiling: str | None = None
     repeats: int = Field(1, ge=1)
     concurrency: int = Field(1, ge=1)
+    concurrency_levels: list[int] | None = Field(
+        None, description="Trials in flight as a factor of the design: each level gets its own "
+        "trials, run in alternating blocks.")
     backend: str = "process"
     seed: int = Field(0, description="Seeds the interleaved trial order (recorded).")
     window: str = Field("default", description="Label for this invocation's time window.")
     task_names: list[str] | None = Field(None, description="Only these tasks of the dataset.")
+
+    @field_validator("concurrency_levels")
+    @classmethod
+    def _levels_positive(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and (not value or min(value) < 1):
+            raise ValueError("concurrency levels are positive integers, e.g. 1,2")
+        return sorted(set(value)) if value else None
 
     @field_validator("agents", "policies")
     @classmethod

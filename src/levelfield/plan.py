@@ -24,14 +24,20 @@ class Trial:
     policy: Policy
     repeat: int
     window: str = "default"
+    concurrency: int | None = None  # set when trials in flight are a factor of the design
 
     @property
     def limits(self) -> Limits:
         return apply_policy(self.policy, self.task.spec)
 
 
-def trial_key(task: str, agent: str, policy: str, repeat: int, window: str) -> str:
-    identity = "\x1f".join([task, agent, policy, str(repeat), window])
+def trial_key(
+    task: str, agent: str, policy: str, repeat: int, window: str, concurrency: int | None = None
+) -> str:
+    parts = [task, agent, policy, str(repeat), window]
+    if concurrency is not None:
+        parts.append(f"c{concurrency}")
+    identity = "\x1f".join(parts)
     return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
@@ -43,21 +49,43 @@ def plan_trials(
     repeats: int = 1,
     window: str = "default",
     seed: int = 0,
+    concurrency_levels: Sequence[int] | None = None,
 ) -> list[Trial]:
     """Every policy is applied to every task first, so a bad policy fails before any trial."""
     for policy in policies:
         for task in tasks:
             apply_policy(policy, task.spec)
+    levels: Sequence[int | None] = concurrency_levels or [None]
     trials = [
-        Trial(trial_key(t.name, a, p.name, r, window), t, a, p, r, window)
+        Trial(trial_key(t.name, a, p.name, r, window, c), t, a, p, r, window, c)
         for t in tasks
         for a in agents
         for p in policies
         for r in range(1, repeats + 1)
+        for c in levels
     ]
     trials.sort(key=lambda tr: tr.key)  # independent of the order options were given in
     random.Random(seed).shuffle(trials)
     return trials
+
+
+BLOCK_ROUNDS = 4  # a block at concurrency c runs 4c trials: long enough to reach c in flight
+
+
+def concurrency_blocks(trials: Sequence[Trial], default: int) -> list[tuple[int, list[Trial]]]:
+    """When trials in flight are a factor, run alternating blocks, one level at a time, so every
+    level meets the same hours and loads; otherwise one block at the run's concurrency."""
+    queues: dict[int, list[Trial]] = {}
+    for trial in trials:
+        queues.setdefault(trial.concurrency or default, []).append(trial)
+    blocks: list[tuple[int, list[Trial]]] = []
+    while any(queues.values()):
+        for level in sorted(queues):
+            take = queues[level][: BLOCK_ROUNDS * level]
+            queues[level] = queues[level][len(take):]
+            if take:
+                blocks.append((level, take))
+    return blocks
 
 
 def estimate_duration_s(

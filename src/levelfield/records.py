@@ -108,6 +108,7 @@ class TrialRecord(_Frozen):
     repeat: int
     window: str = "default"
     attempt: int = 1
+    concurrency: int = Field(1, description="Trials the executor allowed in flight at once.")
     backend: str
     outcome: Outcome
     reason: Reason

@@ -37,6 +37,7 @@ class TrialContext:
     backend_name: str
     in_flight: Callable[[], int] = lambda: 1
     node: str | None = None
+    concurrency: int = 1
     live: set[Sandbox] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -80,6 +81,7 @@ def run_trial(trial: Trial, backend: Backend, ctx: TrialContext) -> TrialRecord:
         repeat=trial.repeat,
         window=trial.window,
         backend=ctx.backend_name,
+        concurrency=ctx.concurrency,
         outcome=outcome_of(reason),
         reason=reason,
         reward=log.reward,
@@ -116,6 +118,7 @@ def record_without_sandbox(trial: Trial, ctx: TrialContext, exc: BaseException) 
         repeat=trial.repeat,
         window=trial.window,
         backend=ctx.backend_name,
+        concurrency=ctx.concurrency,
         outcome=outcome_of(reason),
         reason=reason,
         error=_error_text(exc),

@@ -14,16 +14,29 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 from levelfield.config import RunConfig
 from levelfield.errors import HostUnsupported, InputError
-from levelfield.executor.local import LocalExecutor, OnTrial
-from levelfield.plan import Trial, plan_trials
+from levelfield.executor.local import Admission, LocalExecutor, OnTrial
+from levelfield.plan import Trial, concurrency_blocks, estimate_duration_s, plan_trials
+from levelfield.policy import Policy
 from levelfield.runner import TrialContext
-from levelfield.sandbox import BackendOptions, get_backend
+from levelfield.sandbox import Backend, BackendOptions, get_backend
 from levelfield.store import Store
 from levelfield.tasks import Dataset, TaskProblem, load_dataset
 from levelfield.telemetry import host_id, total_memory_bytes
+
+
+@dataclass(frozen=True)
+class PlanInfo:
+    """What is about to run, printed before the first trial starts."""
+
+    todo: list[Trial]
+    already_stored: int
+    seed: int
+    window: str
+    estimated_s: float
 
 
 @dataclass
@@ -47,7 +60,7 @@ def harness_version() -> str:
 def run(
     config: RunConfig,
     *,
-    on_plan: Callable[[list[Trial], int], None] | None = None,
+    on_plan: Callable[[PlanInfo], None] | None = None,
     on_trial: OnTrial | None = None,
 ) -> RunResult:
     """Run (or resume) the trials `config` describes. Safe to interrupt: call again to resume."""
@@ -55,7 +68,9 @@ def run(
     policies = config.resolved_policies()
     agents = config.resolved_agents()
     trials = plan_trials(dataset.tasks, agents, policies, repeats=config.repeats,
-                         window=config.window, seed=config.seed)
+                         window=config.window, seed=config.seed,
+        concurrency_levels=config.concurrency_levels,
+    )
     run_dir = config.out.resolve()
     with Store.open_for_writing(run_dir) as store:
         run_id = store.meta().get("run_id") or uuid.uuid4().hex[:12]
@@ -69,17 +84,42 @@ def run(
         if todo:
             store.add_plan(config.window, config.seed, _now(), [t.key for t in trials])
         if on_plan:
-            on_plan(todo, len(trials) - len(todo))
+            measured = _measured_durations(store)
+            on_plan(PlanInfo(todo, len(trials) - len(todo), config.seed, config.window,
+                             estimate_duration_s(todo, config.concurrency, measured)))
         ctx = TrialContext(run_id, run_dir, backend.name)
         backend.reap(run_id)
         try:
-            executor = LocalExecutor(backend, ctx, config.concurrency)
-            executed = executor.execute(todo, store, on_trial)
+            executed = _execute_blocks(todo, backend, ctx, store, config, on_trial)
         finally:
             backend.reap(run_id)
             store.set_meta({"finished_at": _now()})
     return RunResult(run_dir, run_id, len(trials), len(trials) - len(todo), executed,
                      dataset.problems, todo)
+
+
+def _execute_blocks(
+    todo: list[Trial],
+    backend: Backend,
+    ctx: TrialContext,
+    store: Store,
+    config: RunConfig,
+    on_trial: OnTrial | None,
+) -> int:
+    admission = Admission.for_this_host()
+    executed = 0
+    for level, block in concurrency_blocks(todo, config.concurrency):
+        ctx.concurrency = level
+        executed += LocalExecutor(backend, ctx, level, admission).execute(block, store, on_trial)
+    return executed
+
+
+def _measured_durations(store: Store) -> dict[str, float]:
+    """Mean duration per task of the trials already stored: a better estimate than timeouts."""
+    sums: dict[str, list[float]] = {}
+    for record in store.records():
+        sums.setdefault(record.task, []).append(record.duration_s)
+    return {task: sum(v) / len(v) for task, v in sums.items()}
 
 
 def _load(config: RunConfig) -> Dataset:
@@ -97,7 +137,9 @@ def _load(config: RunConfig) -> Dataset:
     return dataset
 
 
-def _meta(config: RunConfig, run_id: str, backend, policies, old: dict) -> dict:  # type: ignore[no-untyped-def]
+def _meta(
+    config: RunConfig, run_id: str, backend: Backend, policies: list[Policy], old: dict[str, Any]
+) -> dict[str, Any]:
     described = dict(old.get("policies", {}))
     described.update({p.name: p.describe() for p in policies})
     return {

@@ -8,9 +8,24 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
-from levelfield.plan import Trial, estimate_duration_s
+from levelfield.executor import PlanInfo
+from levelfield.plan import Trial
 from levelfield.records import Outcome, TrialRecord
+
+
+def plan_table(todo: Sequence[Trial]) -> Table:
+    """Trials per agent and policy: the design at a glance before it runs."""
+    counts = Counter((t.agent, t.policy.name) for t in todo)
+    policies = list(dict.fromkeys(t.policy.name for t in todo))
+    table = Table(title="plan", header_style="bold")
+    table.add_column("agent")
+    for policy in policies:
+        table.add_column(policy, justify="right")
+    for agent in dict.fromkeys(t.agent for t in todo):
+        table.add_row(agent, *(str(counts[(agent, p)]) for p in policies))
+    return table
 
 
 class TrialProgress:
@@ -38,13 +53,14 @@ class TrialProgress:
     def __exit__(self, *exc: object) -> None:
         self._progress.__exit__(*exc)  # type: ignore[arg-type]
 
-    def plan(self, todo: Sequence[Trial], already_stored: int) -> None:
-        minutes = estimate_duration_s(todo, self.concurrency) / 60
+    def plan(self, plan: PlanInfo) -> None:
+        self.console.print(plan_table(plan.todo))
         self.console.print(
-            f"{len(todo)} trials to run ({already_stored} already stored), "
-            f"concurrency {self.concurrency}, at most ~{minutes:.0f} min by the tasks' timeouts"
+            f"{len(plan.todo)} trials to run ({plan.already_stored} already stored), window "
+            f"{plan.window!r}, concurrency {self.concurrency}, order seed {plan.seed}; "
+            f"estimated ~{plan.estimated_s / 60:.1f} min"
         )
-        self._bar = self._progress.add_task("trials", total=len(todo), counts=self._text())
+        self._bar = self._progress.add_task("trials", total=len(plan.todo), counts=self._text())
 
     def advance(self, record: TrialRecord) -> None:
         self.counts[record.outcome.value] += 1

@@ -268,7 +268,7 @@ def kill_cgroup_processes(directory: Path) -> None:
     if (directory / "cgroup.kill").exists():
         with contextlib.suppress(OSError):
             (directory / "cgroup.kill").write_text("1")
-    deadline = time.monotonic() + KILL_WAIT_S
+    deadline, pause = time.monotonic() + KILL_WAIT_S, 0.001
     while time.monotonic() < deadline:
         pids = list(_pids_below(directory))
         if not pids:
@@ -276,7 +276,8 @@ def kill_cgroup_processes(directory: Path) -> None:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        time.sleep(0.02)
+        time.sleep(pause)  # exits take a moment to show in cgroup.procs; a fork bomb, longer
+        pause = min(pause * 2, 0.05)
 
 
 def _pids_below(directory: Path) -> Iterator[int]:

@@ -96,7 +96,7 @@ def _mount_ext4(image: Path, mountpoint: Path, size_bytes: int) -> None:
             "-O",
             "^has_journal",
             "-E",
-            "lazy_itable_init=1",
+            "lazy_itable_init=1,nodiscard",
             str(image),
         ],
         ["mount", "-o", "loop", str(image), str(mountpoint)],
