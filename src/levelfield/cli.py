@@ -22,6 +22,8 @@ app = typer.Typer(
 )
 tasks_app = typer.Typer(no_args_is_help=True, help="Inspect and validate task directories.")
 app.add_typer(tasks_app, name="tasks")
+import_app = typer.Typer(no_args_is_help=True, help="Bring other harnesses' results in.")
+app.add_typer(import_app, name="import")
 # Tables are wide; piped output (CI logs, files) gets room instead of rich's default 80 columns.
 console = Console(width=None if Console().is_terminal else 200)
 err = Console(stderr=True, soft_wrap=True)
@@ -225,6 +227,25 @@ def reap(run_dir: RunDir, backend: Annotated[str, typer.Option()] = "process") -
         run_id = store.meta()["run_id"]
     count = get_backend(backend, BackendOptions(run_id, run_dir.resolve())).reap(run_id)
     console.print(f"reaped {count} leftovers of run {run_id}")
+
+
+@import_app.command("harbor")
+def import_harbor(
+    job_dir: Annotated[
+        Path, typer.Argument(help="A Harbor job directory (result.json per trial).")
+    ],
+    out: Annotated[Path, typer.Option(help="Run directory to create or add to.")],
+) -> None:
+    """Import a Harbor job's trials as a run, mapping Harbor's exception types to reasons."""
+    from levelfield.harbor_import import import_harbor_job
+
+    result = import_harbor_job(job_dir, out)
+    for problem in result.skipped:
+        err.print(f"[yellow]skipped[/] {problem}")
+    console.print(
+        f"imported {result.imported} trials ({result.already_stored} already there) "
+        f"into {result.run_dir}; see `levelfield report {result.run_dir}`"
+    )
 
 
 def _register_optional_commands() -> None:

@@ -85,7 +85,7 @@ class HostContext(_Frozen):
     host_id: str
     started_at: str = Field(description="UTC, ISO 8601.")
     local_hour: int
-    load1: float
+    load1: float | None = Field(None, description="1-minute load average; None when unknown.")
     free_memory_bytes: int
     trials_in_flight: int
     node: str | None = None
