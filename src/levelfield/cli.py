@@ -10,6 +10,7 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
+from levelfield.agents import AgentOptions
 from levelfield.config import RunConfig, load_run_config
 from levelfield.errors import InputError, LevelfieldError
 
@@ -65,9 +66,48 @@ def run(
         str, typer.Option(help="Label of this invocation's time window.")
     ] = "default",
     task: Annotated[list[str] | None, typer.Option(help="Only this task (repeatable).")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model for terminal, claude-code, codex.")
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            help="OpenAI-compatible endpoint for the terminal agent (vLLM, llama.cpp, Ollama)."
+        ),
+    ] = None,
+    agent_install: Annotated[
+        str | None, typer.Option(help="command agent: shell command installing it in the sandbox.")
+    ] = None,
+    agent_cmd: Annotated[
+        str | None,
+        typer.Option(
+            help="command agent: shell command running it; the instruction is in "
+            "$LEVELFIELD_INSTRUCTION."
+        ),
+    ] = None,
+    agent_name: Annotated[str | None, typer.Option(help="command agent: its label.")] = None,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(
+            help="Environment variable with the API key (default per agent: ANTHROPIC_API_KEY or "
+            "OPENAI_API_KEY). Keys reach only the agent; never stored."
+        ),
+    ] = None,
+    api_key_file: Annotated[Path | None, typer.Option(help="File with the API key.")] = None,
+    max_turns: Annotated[int, typer.Option(min=1, help="terminal agent: model calls.")] = 30,
     config: Annotated[Path | None, typer.Option(help="run.toml with the same keys.")] = None,
 ) -> None:
     """Run every task under each policy. Safe to interrupt: run the same command to resume."""
+    agent_options = AgentOptions(
+        model=model,
+        base_url=base_url,
+        install=agent_install,
+        command=agent_cmd,
+        name=agent_name,
+        api_key_env=api_key_env,
+        api_key_file=api_key_file,
+        max_turns=max_turns,
+    )
     options = dict(
         dataset=dataset,
         out=out,
@@ -81,6 +121,7 @@ def run(
         seed=seed,
         window=window,
         task_names=task,
+        agent_options=agent_options,
     )
     cfg = (
         load_run_config(config, **options)

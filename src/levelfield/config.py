@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from levelfield.agents import AgentOptions, agent_name
 from levelfield.errors import RunConfigError
 from levelfield.policy import Policy, policy_from_bounds, resolve_policy
 
@@ -32,12 +33,17 @@ class RunConfig(BaseModel):
     repeats: int = Field(1, ge=1)
     concurrency: int = Field(1, ge=1)
     concurrency_levels: list[int] | None = Field(
-        None, description="Trials in flight as a factor of the design: each level gets its own "
-        "trials, run in alternating blocks.")
+        None,
+        description="Trials in flight as a factor of the design: each level gets its own "
+        "trials, run in alternating blocks.",
+    )
     backend: str = "process"
     seed: int = Field(0, description="Seeds the interleaved trial order (recorded).")
     window: str = Field("default", description="Label for this invocation's time window.")
     task_names: list[str] | None = Field(None, description="Only these tasks of the dataset.")
+    agent_options: AgentOptions = Field(
+        default_factory=AgentOptions, description="Model, endpoint and commands of the agents."
+    )
 
     @field_validator("concurrency_levels")
     @classmethod
@@ -64,7 +70,10 @@ class RunConfig(BaseModel):
         return list(seen.values())
 
     def resolved_agents(self) -> list[str]:
-        return list(dict.fromkeys(a.strip() for text in self.agents for a in text.split(",")))
+        """Agent labels as stored: a model-driven agent carries its model ("terminal:gpt-4.1")."""
+        specs = (a.strip() for text in self.agents for a in text.split(","))
+        labelled = (s if ":" in s else agent_name(s, self.agent_options) for s in specs)
+        return list(dict.fromkeys(labelled))
 
 
 def load_run_config(path: Path, **overrides: object) -> RunConfig:

@@ -11,6 +11,7 @@
     │   ├── SandboxDied            the sandbox vanished mid-trial (its init was killed)
     │   └── AdmissionError         a trial's floor can never fit on this host
     ├── AgentError                 the agent itself failed to run (bad trajectory, missing solution)
+    ├── ApiError                   a model API kept failing after the retry policy: infra, not agent
     └── StoreError                 the run's database is unusable or locked by a live run
 
 `outcome.py` maps each class (along its MRO) to a reason; a new class needs its row there.
@@ -69,6 +70,14 @@ class AdmissionError(SandboxError):
 
 class AgentError(LevelfieldError):
     """The agent could not be run as configured (a missing solution, a bad trajectory)."""
+
+
+class ApiError(LevelfieldError):
+    """The model's API failed (rate limits, overload, 5xx) beyond the retry policy."""
+
+    def __init__(self, message: str, calls: tuple[object, ...] = ()) -> None:
+        super().__init__(message)
+        self.calls = calls
 
 
 class StoreError(LevelfieldError):

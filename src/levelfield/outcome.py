@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Final
 
 from levelfield import errors
-from levelfield.records import Evidence, Outcome, PhaseResult, Reason
+from levelfield.records import ApiCall, Evidence, Outcome, PhaseResult, Reason
 
 OUTCOME_OF: Final = MappingProxyType(
     {
@@ -39,6 +39,7 @@ REASON_OF_ERROR: Final = MappingProxyType(
         errors.AdmissionError: Reason.SANDBOX_ERROR,
         errors.SandboxError: Reason.SANDBOX_ERROR,
         errors.AgentError: Reason.AGENT_ERROR,
+        errors.ApiError: Reason.API_ERROR,
         errors.InputError: Reason.HARNESS_ERROR,  # should have been refused before the run
         errors.StoreError: Reason.HARNESS_ERROR,
         errors.LevelfieldError: Reason.HARNESS_ERROR,
@@ -55,6 +56,7 @@ class PhaseLog:
     reward: float | None = None
     evidence: Evidence | None = None
     error: BaseException | None = None
+    api_calls: tuple[ApiCall, ...] = ()
 
 
 def reason_for_error(exc: BaseException) -> Reason:

@@ -98,6 +98,20 @@ class Telemetry(_Frozen):
     sample_every_s: float = 0.0
 
 
+class ApiCall(_Frozen):
+    """One request to a model API, as the terminal agent made it (keys never recorded)."""
+
+    started_at: str = Field(description="UTC, ISO 8601.")
+    latency_s: float
+    attempt: int = Field(description="1 for the first try of a turn, 2+ for retries.")
+    status: int | None = Field(None, description="HTTP status; None when no response came.")
+    outcome: Literal[
+        "ok", "rate_limited", "overloaded", "server_error", "client_error", "connection_error"
+    ]
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+
+
 class TrialRecord(_Frozen):
     schema_version: Literal[1] = 1
     trial_key: str = Field(description="Deterministic: resume skips stored keys.")
@@ -121,6 +135,7 @@ class TrialRecord(_Frozen):
     verifier_phase: PhaseResult | None = None
     evidence: Evidence
     telemetry: Telemetry
+    api_calls: tuple[ApiCall, ...] = ()
     started_at: str
     finished_at: str
     duration_s: float

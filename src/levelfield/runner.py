@@ -13,11 +13,11 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from levelfield.agents import make_agent
+from levelfield.agents import Agent, AgentOptions, make_agent
 from levelfield.outcome import PhaseLog, classify, outcome_of
 from levelfield.plan import Trial
 from levelfield.records import Evidence, Telemetry, TrialRecord
@@ -38,6 +38,7 @@ class TrialContext:
     in_flight: Callable[[], int] = lambda: 1
     node: str | None = None
     concurrency: int = 1
+    agent_options: AgentOptions = field(default_factory=AgentOptions)
     live: set[Sandbox] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -57,19 +58,22 @@ def run_trial(trial: Trial, backend: Backend, ctx: TrialContext) -> TrialRecord:
     log, phase_s = PhaseLog(), {}
     sampler: Sampler | None = None
     try:
-        box = backend.start(trial.task, limits, trial_id=trial.key, trial_dir=trial_dir)
+        agent = make_agent(trial.agent, ctx.agent_options)
+        task = replace(trial.task, allow_internet=True) if agent.needs_network else trial.task
+        box = backend.start(task, limits, trial_id=trial.key, trial_dir=trial_dir)
         phase_s["start"] = time.monotonic() - t0
         ctx.track(box, alive=True)
         sampler = Sampler(box)
         with closing(box), sampler:
             try:
-                _phases(trial, box, trial_dir, log, phase_s)
+                _phases(trial, agent, box, trial_dir, log, phase_s)
             finally:
                 log.evidence = box.evidence()  # the counters vanish with the cgroup
                 box.collect_logs(trial_dir / "logs")
                 ctx.track(box, alive=False)
     except Exception as exc:  # a harness bug is recorded too; cancellation propagates
         log.error = exc
+        log.api_calls = log.api_calls or tuple(getattr(exc, "calls", ()))
     log.evidence = with_log_evidence(log)
     reason = classify(log)
     record = TrialRecord(
@@ -99,6 +103,7 @@ def run_trial(trial: Trial, backend: Backend, ctx: TrialContext) -> TrialRecord:
         started_at=started.isoformat(timespec="milliseconds"),
         finished_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         duration_s=round(time.monotonic() - t0, 3),
+        api_calls=log.api_calls,
     )
     (trial_dir / "record.json").write_text(record.model_dump_json(indent=2))
     return record
@@ -147,12 +152,16 @@ def with_log_evidence(log: PhaseLog) -> Evidence | None:
 
 
 def _phases(
-    trial: Trial, box: Sandbox, trial_dir: Path, log: PhaseLog, phase_s: dict[str, float]
+    trial: Trial,
+    agent: Agent,
+    box: Sandbox,
+    trial_dir: Path,
+    log: PhaseLog,
+    phase_s: dict[str, float],
 ) -> None:
-    agent = make_agent(trial.agent)
     t = time.monotonic()
     run = agent.run(box, trial.task, timeout_s=trial.task.agent_timeout_s, trial_dir=trial_dir)
-    log.agent = run.phase
+    log.agent, log.api_calls = run.phase, run.api_calls
     phase_s["agent"] = time.monotonic() - t
     _write_trajectory(trial, run.steps, trial_dir)
     t = time.monotonic()

@@ -1,20 +1,23 @@
 """Agents: what acts in the sandbox during the agent phase.
 
 `oracle` runs the task's reference solution, `nop` does nothing (a task that passes with it is
-broken), `replay` runs a recorded trajectory of commands with their timing, so one model's
-behaviour can be replayed under every policy. An agent is named by a string, as the store and
-reports show it: "oracle", "nop", "replay:lean" (the task's trajectories/lean.json) or
-"replay:/path/to/{task}.json".
+broken), `replay` runs a recorded trajectory of commands with their timing, `command` installs and
+runs any CLI agent inside the sandbox (presets `claude-code`, `codex`), and `terminal` is a compact
+built-in loop that asks a model for commands. An agent is named by a string, as the store and the
+reports show it: "oracle", "replay:lean", "terminal:gpt-4.1", "claude-code:claude-sonnet-4-5".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
 from levelfield.errors import RunConfigError
-from levelfield.records import PhaseResult
+from levelfield.records import ApiCall, PhaseResult
 from levelfield.sandbox import Sandbox
 from levelfield.tasks import Task
 
@@ -25,15 +28,59 @@ class AgentRun:
 
     phase: PhaseResult
     steps: tuple[dict[str, object], ...] = ()
+    api_calls: tuple[ApiCall, ...] = field(default_factory=tuple)
 
 
 class Agent(Protocol):
     name: str
+    needs_network: bool
 
     def run(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentRun: ...
 
 
-def make_agent(spec: str) -> Agent:
+class AgentOptions(BaseModel):
+    """Settings of the model-driven agents. The API key is a SecretStr: it reaches the agent
+    process (or the model client) and nothing else — not the store, the logs or the reports."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    model: str | None = Field(None, description="Model name passed to the agent or the API.")
+    base_url: str | None = Field(None, description="OpenAI-compatible endpoint (vLLM, Ollama...).")
+    provider: str | None = Field(None, description="openai or anthropic; guessed from the model.")
+    install: str | None = Field(None, description="Shell command installing a CLI agent.")
+    command: str | None = Field(
+        None,
+        description="Shell command running it; the instruction "
+        "is in $LEVELFIELD_INSTRUCTION and $LEVELFIELD_INSTRUCTION_FILE.",
+    )
+    name: str | None = Field(None, description="Label of a `command` agent in reports.")
+    api_key_env: str | None = Field(None, description="Environment variable holding the API key.")
+    api_key_file: Path | None = Field(None, description="File holding the API key.")
+    max_turns: int = Field(30, ge=1, description="Model calls the terminal agent may make.")
+    api_attempts: int = Field(5, ge=1, description="Tries per model call before api_error.")
+    api_backoff_s: float = Field(1.0, ge=0, description="First retry pause; doubles each time.")
+
+    def api_key(self, default_env: str | None) -> SecretStr | None:
+        if self.api_key_file is not None:
+            try:
+                return SecretStr(self.api_key_file.read_text().strip())
+            except OSError as exc:
+                raise RunConfigError(f"cannot read API key file {self.api_key_file}") from exc
+        env = self.api_key_env or default_env
+        value = os.environ.get(env) if env else None
+        return SecretStr(value) if value else None
+
+
+def agent_name(kind: str, options: AgentOptions) -> str:
+    """The label a trial stores: the model is part of it, so two models never share a key."""
+    if kind == "command":
+        return f"command:{options.name or 'custom'}"
+    if kind in ("terminal", "claude-code", "codex") and options.model:
+        return f"{kind}:{options.model}"
+    return kind
+
+
+def make_agent(spec: str, options: AgentOptions | None = None) -> Agent:
+    options = options or AgentOptions()
     kind, _, arg = spec.partition(":")
     if kind == "oracle":
         from levelfield.agents.oracle import OracleAgent
@@ -49,4 +96,15 @@ def make_agent(spec: str) -> Agent:
         if not arg:
             raise RunConfigError("replay needs a trajectory: replay:NAME or replay:/path/file.json")
         return ReplayAgent(spec, arg)
-    raise RunConfigError(f"unknown agent {spec!r}: use oracle, nop or replay:TRAJECTORY")
+    if kind in ("command", "claude-code", "codex"):
+        from levelfield.agents.command import command_agent
+
+        return command_agent(kind, spec, options)
+    if kind == "terminal":
+        from levelfield.agents.terminal import TerminalAgent
+
+        return TerminalAgent(spec, options.model_copy(update={"model": options.model or arg}))
+    raise RunConfigError(
+        f"unknown agent {spec!r}: use oracle, nop, replay:TRAJECTORY, command, claude-code, "
+        "codex or terminal"
+    )

@@ -12,6 +12,7 @@ from levelfield.tasks import Task
 
 class NopAgent:
     name = "nop"
+    needs_network = False
 
     def run(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentRun:
         return AgentRun(PhaseResult(exit_code=0))

@@ -14,6 +14,7 @@ SOLVE = "bash /solution/solve.sh"
 
 class OracleAgent:
     name = "oracle"
+    needs_network = False
 
     def run(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentRun:
         if not task.has_solution:
@@ -21,6 +22,10 @@ class OracleAgent:
             raise AgentError(f"{missing}: missing, the oracle has nothing to run")
         box.copy_in(task.solution_dir, PurePosixPath("/solution"))
         phase = box.exec(SOLVE, timeout_s=timeout_s, log_path=trial_dir / "agent.log")
-        step = {"command": SOLVE, "delay_s": 0.0, "exit_code": phase.exit_code,
-                "duration_s": round(phase.duration_s, 3)}
+        step = {
+            "command": SOLVE,
+            "delay_s": 0.0,
+            "exit_code": phase.exit_code,
+            "duration_s": round(phase.duration_s, 3),
+        }
         return AgentRun(phase, (step,))

@@ -49,6 +49,8 @@ def load_trajectory(path: Path) -> Trajectory:
 
 
 class ReplayAgent:
+    needs_network = False
+
     def __init__(self, name: str, source: str) -> None:
         self.name, self.source = name, source
 
@@ -73,13 +75,21 @@ class ReplayAgent:
             budget = deadline - time.monotonic()
             limit = min(budget, step.timeout_s) if step.timeout_s else budget
             last = box.exec(step.command, timeout_s=limit, log_path=trial_dir / "agent.log")
-            done.append({"command": step.command, "delay_s": step.delay_s, "when": step.when,
-                         "exit_code": last.exit_code, "duration_s": round(last.duration_s, 3)})
+            done.append(
+                {
+                    "command": step.command,
+                    "delay_s": step.delay_s,
+                    "when": step.when,
+                    "exit_code": last.exit_code,
+                    "duration_s": round(last.duration_s, 3),
+                }
+            )
             if last.timed_out and limit >= budget:
                 return AgentRun(_timed_out(started, last), tuple(done))
         phase = last or PhaseResult(exit_code=0)
-        return AgentRun(phase.model_copy(update={"duration_s": time.monotonic() - started}),
-                        tuple(done))
+        return AgentRun(
+            phase.model_copy(update={"duration_s": time.monotonic() - started}), tuple(done)
+        )
 
 
 def _applies(step: Step, last: PhaseResult | None) -> bool:
@@ -93,5 +103,6 @@ def _applies(step: Step, last: PhaseResult | None) -> bool:
 
 def _timed_out(started: float, last: PhaseResult | None) -> PhaseResult:
     tail = last.output_tail if last else ""
-    return PhaseResult(exit_code=None, timed_out=True, duration_s=time.monotonic() - started,
-                       output_tail=tail)
+    return PhaseResult(
+        exit_code=None, timed_out=True, duration_s=time.monotonic() - started, output_tail=tail
+    )

@@ -16,6 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from levelfield.agents import make_agent
 from levelfield.config import RunConfig
 from levelfield.errors import HostUnsupported, InputError
 from levelfield.executor.local import Admission, LocalExecutor, OnTrial
@@ -67,8 +68,15 @@ def run(
     dataset = _load(config)
     policies = config.resolved_policies()
     agents = config.resolved_agents()
-    trials = plan_trials(dataset.tasks, agents, policies, repeats=config.repeats,
-                         window=config.window, seed=config.seed,
+    for spec in agents:
+        make_agent(spec, config.agent_options)  # a misconfigured agent fails before any trial
+    trials = plan_trials(
+        dataset.tasks,
+        agents,
+        policies,
+        repeats=config.repeats,
+        window=config.window,
+        seed=config.seed,
         concurrency_levels=config.concurrency_levels,
     )
     run_dir = config.out.resolve()
@@ -85,17 +93,25 @@ def run(
             store.add_plan(config.window, config.seed, _now(), [t.key for t in trials])
         if on_plan:
             measured = _measured_durations(store)
-            on_plan(PlanInfo(todo, len(trials) - len(todo), config.seed, config.window,
-                             estimate_duration_s(todo, config.concurrency, measured)))
-        ctx = TrialContext(run_id, run_dir, backend.name)
+            on_plan(
+                PlanInfo(
+                    todo,
+                    len(trials) - len(todo),
+                    config.seed,
+                    config.window,
+                    estimate_duration_s(todo, config.concurrency, measured),
+                )
+            )
+        ctx = TrialContext(run_id, run_dir, backend.name, agent_options=config.agent_options)
         backend.reap(run_id)
         try:
             executed = _execute_blocks(todo, backend, ctx, store, config, on_trial)
         finally:
             backend.reap(run_id)
             store.set_meta({"finished_at": _now()})
-    return RunResult(run_dir, run_id, len(trials), len(trials) - len(todo), executed,
-                     dataset.problems, todo)
+    return RunResult(
+        run_dir, run_id, len(trials), len(trials) - len(todo), executed, dataset.problems, todo
+    )
 
 
 def _execute_blocks(
@@ -129,8 +145,9 @@ def _load(config: RunConfig) -> Dataset:
         missing = wanted - {t.name for t in dataset.tasks}
         if missing:
             raise InputError(f"no such task in {config.dataset}: {', '.join(sorted(missing))}")
-        dataset = Dataset(dataset.path, tuple(t for t in dataset.tasks if t.name in wanted),
-                          dataset.problems)
+        dataset = Dataset(
+            dataset.path, tuple(t for t in dataset.tasks if t.name in wanted), dataset.problems
+        )
     if not dataset.tasks:
         detail = "; ".join(p.message for p in dataset.problems[:3])
         raise InputError(f"{config.dataset}: no valid task" + (f" ({detail})" if detail else ""))
@@ -150,8 +167,13 @@ def _meta(
         "dataset": str(config.dataset.resolve()),
         "backend": backend.name,
         "enforcement": backend.enforcement().describe(),
-        "host": {"host_id": host_id(), "cpus": _cpus(), "memory_bytes": total_memory_bytes(),
-                 "kernel": platform.release(), "python": platform.python_version()},
+        "host": {
+            "host_id": host_id(),
+            "cpus": _cpus(),
+            "memory_bytes": total_memory_bytes(),
+            "kernel": platform.release(),
+            "python": platform.python_version(),
+        },
         "policies": described,
         "concurrency": config.concurrency,
         "windows": sorted({*old.get("windows", []), config.window}),

@@ -66,9 +66,11 @@ def bwrap_argv(
     return argv
 
 
-def nsenter_argv(init_pid: int, *, env: Mapping[str, str]) -> list[str]:
+def nsenter_argv(init_pid: int) -> list[str]:
     """Enter every namespace of the init, at its root and its working directory (the task's
-    workdir, set by bwrap's --chdir: nsenter would resolve an explicit --wd on the host)."""
-    assignments = [f"{key}={value}" for key, value in env.items()]
+    workdir, set by bwrap's --chdir: nsenter would resolve an explicit --wd on the host).
+
+    The environment is not on this command line: the caller passes it to the process, so that
+    API keys never show in `ps` or /proc/PID/cmdline."""
     namespaces = ["-m", "-u", "-i", "-n", "-p", "-r", "-w"]
-    return ["nsenter", "-t", str(init_pid), *namespaces, "/usr/bin/env", "-i", *assignments]
+    return ["nsenter", "-t", str(init_pid), *namespaces]

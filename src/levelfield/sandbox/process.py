@@ -198,7 +198,7 @@ class ProcessSandbox:
         argv = _joined(
             self.cgroup,
             [
-                *_bwrap.nsenter_argv(self.init_pid, env=full_env),
+                *_bwrap.nsenter_argv(self.init_pid),
                 "bash",
                 "-c",
                 command,
@@ -206,6 +206,7 @@ class ProcessSandbox:
         )
         started = time.monotonic()
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        offset = log_path.stat().st_size if log_path.exists() else 0
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 argv,
@@ -213,6 +214,7 @@ class ProcessSandbox:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env=full_env,
             )
             timed_out = _wait_or_kill(proc, timeout_s)
         code = proc.returncode
@@ -221,7 +223,7 @@ class ProcessSandbox:
             signal=_signal_of(code) if not timed_out else None,
             timed_out=timed_out,
             duration_s=time.monotonic() - started,
-            output_tail=_tail(log_path),
+            output_tail=_tail(log_path, offset),
         )
 
     def copy_in(self, src: Path, dest: PurePosixPath) -> None:
@@ -361,10 +363,11 @@ def _signal_of(returncode: int) -> int | None:
     return returncode - 128 if 128 < returncode < 160 else None
 
 
-def _tail(path: Path) -> str:
+def _tail(path: Path, offset: int = 0) -> str:
+    """The end of what this exec wrote (the log is shared by the phase's commands)."""
     try:
         with open(path, "rb") as fh:
-            fh.seek(max(0, path.stat().st_size - OUTPUT_TAIL_BYTES))
+            fh.seek(max(offset, path.stat().st_size - OUTPUT_TAIL_BYTES))
             return fh.read().decode(errors="replace")
     except OSError:
         return ""

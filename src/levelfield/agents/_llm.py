@@ -1,0 +1,165 @@
+"""Model clients for the terminal agent: one `complete()` over the OpenAI-compatible and the
+Anthropic APIs, with our own retry policy so that every attempt is seen and recorded.
+
+The SDKs' built-in retries are off (max_retries=0): a retry hidden inside the SDK would be
+invisible to the telemetry, and rate limits by hour of day are one of the hidden variables the
+reports look for. Rate limits, overloads, 5xx and connection errors are retried with exponential
+backoff; other 4xx are not (retrying a bad request cannot help). What survives the policy is an
+`ApiError`, classified infra_error/api_error: the API failed, not the agent.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import SecretStr
+
+from levelfield.errors import ApiError, RunConfigError
+from levelfield.records import ApiCall
+
+Provider = Literal["openai", "anthropic"]
+MAX_TOKENS = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    attempts: int = 5
+    first_backoff_s: float = 1.0
+    max_backoff_s: float = 30.0
+
+    def backoff_s(self, attempt: int) -> float:
+        return min(self.max_backoff_s, self.first_backoff_s * 2 ** (attempt - 1))
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    text: str
+    tokens_in: int | None
+    tokens_out: int | None
+
+
+@dataclass
+class ChatClient:
+    provider: Provider
+    model: str
+    api_key: SecretStr | None
+    base_url: str | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    calls: list[ApiCall] = field(default_factory=list)
+    _sdk: Any = None
+
+    def __post_init__(self) -> None:
+        key = self.api_key.get_secret_value() if self.api_key else "EMPTY"  # local servers
+        try:
+            if self.provider == "anthropic":
+                import anthropic
+
+                self._sdk = anthropic.Anthropic(api_key=key, base_url=self.base_url, max_retries=0)
+            else:
+                import openai
+
+                self._sdk = openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0)
+        except ImportError as exc:
+            raise RunConfigError(
+                f"the terminal agent needs the {self.provider} SDK: "
+                f"pip install 'levelfield[agents]'"
+            ) from exc
+
+    def complete(self, system: str, messages: list[dict[str, str]], *, deadline: float) -> Reply:
+        for attempt in range(1, self.retry.attempts + 1):
+            started, t0 = datetime.now(UTC), time.monotonic()
+            try:
+                reply = self._request(system, messages, timeout_s=max(1.0, deadline - t0))
+            except Exception as exc:
+                outcome, status = classify_api_error(exc)
+                self.calls.append(_call(started, t0, attempt, status, outcome))
+                retryable = outcome != "client_error"
+                wait = self.retry.backoff_s(attempt)
+                if not retryable or attempt == self.retry.attempts or t0 + wait > deadline:
+                    raise ApiError(
+                        f"{self.provider} API: {type(exc).__name__} after {attempt} "
+                        f"attempt(s): {_short(exc)}",
+                        tuple(self.calls),
+                    ) from None
+                time.sleep(wait)
+                continue
+            self.calls.append(_call(started, t0, attempt, 200, "ok", reply))
+            return reply
+        raise AssertionError("unreachable")
+
+    def _request(self, system: str, messages: list[dict[str, str]], *, timeout_s: float) -> Reply:
+        if self.provider == "anthropic":
+            response = self._sdk.messages.create(
+                model=self.model,
+                system=system,
+                messages=messages,
+                max_tokens=MAX_TOKENS,
+                timeout=timeout_s,
+            )
+            text = "".join(getattr(block, "text", "") for block in response.content)
+            usage = response.usage
+            return Reply(text, usage.input_tokens, usage.output_tokens)
+        response = self._sdk.chat.completions.create(
+            model=self.model,
+            messages=[{"role": "system", "content": system}, *messages],
+            max_tokens=MAX_TOKENS,
+            timeout=timeout_s,
+        )
+        usage = response.usage
+        return Reply(
+            response.choices[0].message.content or "",
+            usage.prompt_tokens if usage else None,
+            usage.completion_tokens if usage else None,
+        )
+
+
+def classify_api_error(exc: BaseException) -> tuple[str, int | None]:
+    """Status codes of both SDKs' APIStatusError; no status means no response came."""
+    status = getattr(exc, "status_code", None)
+    if status is None:
+        return "connection_error", None
+    if status == 429:
+        return "rate_limited", status
+    if status == 529 or "overloaded" in str(exc).lower():
+        return "overloaded", status
+    if status >= 500:
+        return "server_error", status
+    return "client_error", status
+
+
+def guess_provider(model: str, base_url: str | None, provider: str | None) -> tuple[Provider, str]:
+    """'anthropic/claude-x' or 'claude-x' → anthropic; a base URL means OpenAI-compatible."""
+    if provider in ("openai", "anthropic"):
+        return provider, model  # type: ignore[return-value]
+    if base_url:
+        return "openai", model
+    prefix, _, rest = model.partition("/")
+    if prefix in ("openai", "anthropic") and rest:
+        return prefix, rest  # type: ignore[return-value]
+    return ("anthropic" if model.startswith("claude") else "openai"), model
+
+
+def _call(
+    started: datetime,
+    t0: float,
+    attempt: int,
+    status: int | None,
+    outcome: str,
+    reply: Reply | None = None,
+) -> ApiCall:
+    return ApiCall(
+        started_at=started.isoformat(timespec="milliseconds"),
+        latency_s=round(time.monotonic() - t0, 4),
+        attempt=attempt,
+        status=status,
+        outcome=outcome,  # type: ignore[arg-type]
+        tokens_in=reply.tokens_in if reply else None,
+        tokens_out=reply.tokens_out if reply else None,
+    )
+
+
+def _short(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:200] if str(exc) else ""

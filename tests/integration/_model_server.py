@@ -1,0 +1,86 @@
+"""A scripted OpenAI-compatible server on loopback: it answers /v1/chat/completions with the
+replies a test queues (and 429/500 responses, to exercise the retry policy), and records the
+Authorization header it saw. Bounded: it serves only what was queued, then 500s."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Script:
+    responses: list[tuple[int, str]] = field(default_factory=list)
+    authorizations: list[str] = field(default_factory=list)
+    requests: list[dict] = field(default_factory=list)  # type: ignore[type-arg]
+
+    def reply(self, content: str) -> Script:
+        self.responses.append((200, content))
+        return self
+
+    def fail(self, status: int, times: int = 1) -> Script:
+        self.responses += [(status, "")] * times
+        return self
+
+    def commands(self, *commands: str, done: bool = False) -> Script:
+        return self.reply(json.dumps({"commands": list(commands), "done": done}))
+
+
+def _completion(content: str) -> bytes:
+    return json.dumps(
+        {
+            "id": "cmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "scripted",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": content},
+                }
+            ],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+        }
+    ).encode()
+
+
+@contextmanager
+def model_server(script: Script) -> Iterator[str]:
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            with lock:
+                script.authorizations.append(self.headers.get("Authorization", ""))
+                script.requests.append(json.loads(body or b"{}"))
+                status, content = script.responses.pop(0) if script.responses else (500, "")
+            payload = (
+                _completion(content)
+                if status == 200
+                else json.dumps(
+                    {"error": {"message": f"scripted {status}", "type": "scripted"}}
+                ).encode()
+            )
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
