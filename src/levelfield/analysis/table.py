@@ -83,12 +83,18 @@ COLUMNS = (
     "host_id",
     "node",
     "error",
+    "api_calls",
+    "api_latency_s",
+    "api_retries",
+    "api_rate_limited",
 )
 
 
 def _row(r: TrialRecord) -> dict[str, Any]:
     e, h, limits = r.evidence, r.telemetry.host, r.limits
     ceiling = limits.get("memory_ceiling_multiple", math.inf)
+    calls = r.api_calls
+    latencies = [c.latency_s for c in calls if c.outcome == "ok"]
     return {
         "trial_key": r.trial_key,
         "task": r.task,
@@ -126,4 +132,8 @@ def _row(r: TrialRecord) -> dict[str, Any]:
         "host_id": h.host_id,
         "node": h.node or h.host_id,
         "error": r.error,
+        "api_calls": len(calls),
+        "api_latency_s": sum(latencies) / len(latencies) if latencies else None,
+        "api_retries": sum(1 for c in calls if c.attempt > 1),
+        "api_rate_limited": sum(1 for c in calls if c.outcome == "rate_limited"),
     }
