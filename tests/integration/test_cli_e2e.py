@@ -1,0 +1,77 @@
+"""The commands a user types, end to end on the real sandbox."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ..conftest import EXAMPLES, MakeTask
+
+pytestmark = pytest.mark.sandbox
+
+
+def _levelfield(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "levelfield", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_run_twice_then_results_as_table_and_json(tmp_path: Path) -> None:
+    out = tmp_path / "r1"
+    first = _levelfield(
+        "run",
+        str(EXAMPLES / "basics"),
+        "--agent",
+        "oracle",
+        "--policy",
+        "strict",
+        "--repeats",
+        "2",
+        "--concurrency",
+        "2",
+        "--out",
+        str(out),
+    )
+    assert first.returncode == 0, first.stderr
+    more = _levelfield(
+        "run",
+        str(EXAMPLES / "basics"),
+        "--agent",
+        "oracle",
+        "--floor",
+        "1x",
+        "--ceiling",
+        "3x",
+        "--out",
+        str(out),
+    )  # same run, more trials
+    assert more.returncode == 0 and "(0 already stored)" in more.stderr
+    table = _levelfield("results", str(out))
+    assert "memory-spike" in table.stdout and "oom_killed" in table.stdout
+    rows = json.loads(_levelfield("results", str(out), "--json").stdout)
+    assert len(rows) == 6 and {r["policy"] for r in rows} == {"strict", "headroom"}
+    spike = next(r for r in rows if r["task"] == "memory-spike" and r["policy"] == "strict")
+    assert spike["outcome"] == "infra_error" and spike["evidence"]["oom_kills"] >= 1
+    assert spike["telemetry"]["host"]["trials_in_flight"] >= 1
+    assert {"agent", "verifier", "start"} <= spike["telemetry"]["phase_s"].keys()
+
+
+def test_tasks_check_with_nop_flags_a_task_that_tests_nothing(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    make_task("honest")
+    root = make_task("hollow", test="true")
+    done = _levelfield("tasks", "check", str(root.parent), "--with-nop")
+    assert done.returncode == 1
+    assert "passes with the nop agent" in done.stdout and "1 with problems" in done.stdout
+
+
+def test_doctor_reports_what_this_host_enforces() -> None:
+    done = _levelfield("doctor")
+    assert done.returncode == 0, done.stdout
+    for check in ("cgroup version", "cgroup memory", "bubblewrap", "storage ceiling"):
+        assert check in done.stdout
