@@ -33,6 +33,13 @@ Dataset = Annotated[Path, typer.Argument(help="Directory of Harbor-format tasks 
 RunDir = Annotated[Path, typer.Argument(help="A run directory written by `levelfield run`.")]
 
 
+EXECUTOR_HELP = (
+    "local (this machine) or ray (a Ray cluster; each trial's floor is its resource request; "
+    "needs the ray extra). On ray, --concurrency above 1 caps trials in flight cluster-wide."
+)
+RAY_ADDRESS_HELP = "Ray cluster: auto, HOST:6379 or ray://HOST:10001 (default $RAY_ADDRESS)."
+
+
 @app.command()
 def run(
     dataset: Dataset,
@@ -96,6 +103,8 @@ def run(
     api_key_file: Annotated[Path | None, typer.Option(help="File with the API key.")] = None,
     max_turns: Annotated[int, typer.Option(min=1, help="terminal agent: model calls.")] = 30,
     config: Annotated[Path | None, typer.Option(help="run.toml with the same keys.")] = None,
+    executor: Annotated[str | None, typer.Option(help=EXECUTOR_HELP)] = None,
+    ray_address: Annotated[str | None, typer.Option(help=RAY_ADDRESS_HELP)] = None,
 ) -> None:
     """Run every task under each policy. Safe to interrupt: run the same command to resume."""
     agent_options = AgentOptions(
@@ -122,6 +131,8 @@ def run(
         window=window,
         task_names=task,
         agent_options=agent_options,
+        executor=executor,
+        ray_address=ray_address,
     )
     cfg = (
         load_run_config(config, **options)
@@ -161,6 +172,8 @@ def sweep(
     backend: Annotated[str, typer.Option(help="process or oci.")] = "process",
     html: Annotated[Path | None, typer.Option(help="Also write the HTML report here.")] = None,
     report: Annotated[bool, typer.Option(help="Print the report when done.")] = True,
+    executor: Annotated[str, typer.Option(help=EXECUTOR_HELP)] = "local",
+    ray_address: Annotated[str | None, typer.Option(help=RAY_ADDRESS_HELP)] = None,
 ) -> None:
     """Every agent under every policy, interleaved in a seeded order; then the report."""
     levels = [int(x) for x in concurrency_levels.split(",")] if concurrency_levels else None
@@ -175,6 +188,8 @@ def sweep(
         window=window,
         seed=seed,
         backend=backend,
+        executor=executor,
+        ray_address=ray_address,
     )
     _execute(cfg)
     if report or html:

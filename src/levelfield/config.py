@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -38,6 +39,22 @@ class RunConfig(BaseModel):
         "trials, run in alternating blocks.",
     )
     backend: str = "process"
+    executor: Literal["local", "ray"] = Field(
+        "local", description="local: this machine; ray: a Ray cluster (levelfield[ray])."
+    )
+    ray_address: str | None = Field(
+        None,
+        description="Ray cluster to join ('auto', HOST:6379, ray://HOST:10001); "
+        "None joins $RAY_ADDRESS or starts Ray on this machine.",
+    )
+    ray_scratch_dir: Path | None = Field(
+        None,
+        description="Ray without a shared filesystem: node-local directory for trial "
+        "directories, which come back to the run directory with each record.",
+    )
+    node_lost_retries: int = Field(
+        1, ge=0, description="Ray: reruns a trial whose node died mid-trial; every attempt is kept."
+    )
     seed: int = Field(0, description="Seeds the interleaved trial order (recorded).")
     window: str = Field("default", description="Label for this invocation's time window.")
     task_names: list[str] | None = Field(None, description="Only these tasks of the dataset.")

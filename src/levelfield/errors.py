@@ -9,7 +9,9 @@
     │   ├── HostUnsupported        this host cannot enforce what was asked (no cgroup, no bwrap)
     │   ├── SandboxStartError      the sandbox could not be started
     │   ├── SandboxDied            the sandbox vanished mid-trial (its init was killed)
-    │   └── AdmissionError         a trial's floor can never fit on this host
+    │   ├── AdmissionError         a trial's floor can never fit on this host
+    │   ├── NodeLost               the machine running the trial died mid-trial (Ray)
+    │   └── HostPressure           the host ran short of memory outside the trial's own limits
     ├── AgentError                 the agent itself failed to run (bad trajectory, missing solution)
     ├── ApiError                   a model API kept failing after the retry policy: infra, not agent
     └── StoreError                 the run's database is unusable or locked by a live run
@@ -66,6 +68,14 @@ class SandboxDied(SandboxError):
 
 class AdmissionError(SandboxError):
     """The trial's floor exceeds what the whole host can guarantee, so it can never start."""
+
+
+class NodeLost(SandboxError):
+    """The node running the trial died; the trial may be retried on another one."""
+
+
+class HostPressure(SandboxError):
+    """The host itself ran short (e.g. Ray's memory monitor killed the worker)."""
 
 
 class AgentError(LevelfieldError):

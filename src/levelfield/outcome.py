@@ -37,6 +37,8 @@ OUTCOME_OF: Final = MappingProxyType(
 REASON_OF_ERROR: Final = MappingProxyType(
     {
         errors.AdmissionError: Reason.SANDBOX_ERROR,
+    errors.NodeLost: Reason.NODE_LOST,
+    errors.HostPressure: Reason.HOST_PRESSURE,
         errors.SandboxError: Reason.SANDBOX_ERROR,
         errors.AgentError: Reason.AGENT_ERROR,
         errors.ApiError: Reason.API_ERROR,

@@ -18,10 +18,12 @@ from typing import Any
 
 from levelfield.agents import make_agent
 from levelfield.config import RunConfig
-from levelfield.errors import HostUnsupported, InputError
+from levelfield.errors import HostUnsupported, InputError, LevelfieldError
 from levelfield.executor.local import Admission, LocalExecutor, OnTrial
+from levelfield.executor.ray import RayExecutor, RetryPolicy, import_ray
 from levelfield.plan import Trial, concurrency_blocks, estimate_duration_s, plan_trials
 from levelfield.policy import Policy
+from levelfield.records import Reason, TrialRecord
 from levelfield.runner import TrialContext
 from levelfield.sandbox import Backend, BackendOptions, get_backend
 from levelfield.store import Store
@@ -65,6 +67,8 @@ def run(
     on_trial: OnTrial | None = None,
 ) -> RunResult:
     """Run (or resume) the trials `config` describes. Safe to interrupt: call again to resume."""
+    if config.executor == "ray":
+        import_ray()  # a missing extra is refused before the store is touched
     dataset = _load(config)
     policies = config.resolved_policies()
     agents = config.resolved_agents()
@@ -83,11 +87,12 @@ def run(
     with Store.open_for_writing(run_dir) as store:
         run_id = store.meta().get("run_id") or uuid.uuid4().hex[:12]
         backend = get_backend(config.backend, BackendOptions(run_id, run_dir))
-        problems = backend.check()
+        on_this_host = config.executor == "local"  # Ray checks and reaps every node itself
+        problems = backend.check() if on_this_host else []
         if problems:
             raise HostUnsupported(f"backend {config.backend}: " + "; ".join(problems))
         store.set_meta(_meta(config, run_id, backend, policies, store.meta()))
-        stored = store.stored_keys()
+        stored = _settled_keys(store, RetryPolicy(config.node_lost_retries).max_attempts)
         todo = [t for t in trials if t.key not in stored]
         if todo:
             store.add_plan(config.window, config.seed, _now(), [t.key for t in trials])
@@ -103,11 +108,13 @@ def run(
                 )
             )
         ctx = TrialContext(run_id, run_dir, backend.name, agent_options=config.agent_options)
-        backend.reap(run_id)
+        if on_this_host:
+            backend.reap(run_id)
         try:
             executed = _execute_blocks(todo, backend, ctx, store, config, on_trial)
         finally:
-            backend.reap(run_id)
+            if on_this_host:
+                backend.reap(run_id)
             store.set_meta({"finished_at": _now()})
     return RunResult(
         run_dir, run_id, len(trials), len(trials) - len(todo), executed, dataset.problems, todo
@@ -122,12 +129,49 @@ def _execute_blocks(
     config: RunConfig,
     on_trial: OnTrial | None,
 ) -> int:
-    admission = Admission.for_this_host()
+    executor = _executor(backend, ctx, config)
     executed = 0
     for level, block in concurrency_blocks(todo, config.concurrency):
         ctx.concurrency = level
-        executed += LocalExecutor(backend, ctx, level, admission).execute(block, store, on_trial)
+        executed += executor(level).execute(block, store, on_trial)
     return executed
+
+
+def _executor(
+    backend: Backend, ctx: TrialContext, config: RunConfig
+) -> Callable[[int], LocalExecutor | RayExecutor]:
+    """The executor of a block at one concurrency level. On Ray the level caps trials in flight
+    only when asked for (levels, or --concurrency above 1); otherwise the cluster decides."""
+    if config.executor == "local":
+        admission = Admission.for_this_host()
+        return lambda level: LocalExecutor(backend, ctx, level, admission)
+    ray = RayExecutor(
+        ctx,
+        address=config.ray_address,
+        retry=RetryPolicy(config.node_lost_retries),
+        scratch_dir=config.ray_scratch_dir,
+    )
+    capped = bool(config.concurrency_levels) or config.concurrency > 1
+
+    def at(level: int) -> RayExecutor:
+        ray.max_in_flight = level if capped else None
+        return ray
+
+    return at
+
+
+def _settled_keys(store: Store, max_attempts: int) -> set[str]:
+    """Keys whose last attempt is final. One lost with its node while retries are left is not:
+    the driver died before the retry came back, so resume runs it as the next attempt."""
+    last: dict[str, TrialRecord] = {}
+    for record in store.records():
+        if record.trial_key not in last or record.attempt > last[record.trial_key].attempt:
+            last[record.trial_key] = record
+    return {
+        key
+        for key, record in last.items()
+        if record.reason is not Reason.NODE_LOST or record.attempt >= max_attempts
+    }
 
 
 def _measured_durations(store: Store) -> dict[str, float]:
@@ -166,7 +210,7 @@ def _meta(
         "started_at": old.get("started_at", _now()),
         "dataset": str(config.dataset.resolve()),
         "backend": backend.name,
-        "enforcement": backend.enforcement().describe(),
+        "enforcement": _enforcement(backend),
         "host": {
             "host_id": host_id(),
             "cpus": _cpus(),
@@ -178,6 +222,14 @@ def _meta(
         "concurrency": config.concurrency,
         "windows": sorted({*old.get("windows", []), config.window}),
     }
+
+
+def _enforcement(backend: Backend) -> str:
+    """A Ray driver may lack the cgroups its workers use; the run still says what it knows."""
+    try:
+        return backend.enforcement().describe()
+    except LevelfieldError as exc:
+        return f"as on each node (not readable on the driver: {exc})"
 
 
 def _cpus() -> int:
