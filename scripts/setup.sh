@@ -1,21 +1,34 @@
 #!/usr/bin/env bash
-# Installs what levelfield needs on a Debian host (as root) and the project into .venv.
-# Idempotent: a second run only checks. Extra apt packages may be named in LEVELFIELD_APT.
+# Sets up levelfield on a Debian host, as root, into .venv. Idempotent: a second run only checks.
+#   scripts/setup.sh          what `levelfield run/sweep/report` need (process backend)
+#   scripts/setup.sh test     plus what the test suite exercises for real: Chromium (HTML
+#                             report), podman + runc + stand-in base images (oci backend), Ray,
+#                             the model SDKs, and Node.js (a CLI agent installed with npm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+profile="${1:-run}"
 
-packages=(bubblewrap e2fsprogs util-linux procps python3-venv ${LEVELFIELD_APT:-})
+packages=(bubblewrap e2fsprogs util-linux procps python3-venv)
+if [ "$profile" = test ]; then
+  packages+=(chromium)
+  command -v npm >/dev/null || packages+=(nodejs npm)
+fi
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
 done
 if ((${#missing[@]})); then
-  echo "installing: ${missing[*]}"
+  echo "setup: installing ${missing[*]}"
   apt-get update -q >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
+[ -x .venv/bin/python ] || python3 -m venv .venv
+extras=""
+[ "$profile" = test ] && extras="[dev,oci,ray,agents]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras}"
+
+if [ "$profile" = test ]; then
+  bash scripts/oci_setup.sh           # podman, runc, its API socket (~10-30 s fresh, <1 s after)
+  bash scripts/offline_bases.sh .venv/bin/python  # stand-in bases: ~5 min once, then cached
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'

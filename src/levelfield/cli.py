@@ -25,11 +25,17 @@ tasks_app = typer.Typer(no_args_is_help=True, help="Inspect and validate task di
 app.add_typer(tasks_app, name="tasks")
 import_app = typer.Typer(no_args_is_help=True, help="Bring other harnesses' results in.")
 app.add_typer(import_app, name="import")
+images_app = typer.Typer(no_args_is_help=True, help="Container images for the oci backend.")
+app.add_typer(images_app, name="images")
 # Tables are wide; piped output (CI logs, files) gets room instead of rich's default 80 columns.
 console = Console(width=None if Console().is_terminal else 200)
 err = Console(stderr=True, soft_wrap=True)
 
 Dataset = Annotated[Path, typer.Argument(help="Directory of Harbor-format tasks (or one task).")]
+UV_SHIM_HELP = (
+    "oci: place uv/uvx (from the PyPI wheel) in the container before the verifier, "
+    "for machines where test.sh cannot download it; see `levelfield images`."
+)
 RunDir = Annotated[Path, typer.Argument(help="A run directory written by `levelfield run`.")]
 
 
@@ -68,6 +74,7 @@ def run(
     backend: Annotated[
         str, typer.Option(help="process (cgroups + bubblewrap) or oci.")
     ] = "process",
+    uv_shim: Annotated[bool, typer.Option(help=UV_SHIM_HELP)] = False,
     seed: Annotated[int, typer.Option(help="Seed of the interleaved trial order.")] = 0,
     window: Annotated[
         str, typer.Option(help="Label of this invocation's time window.")
@@ -127,6 +134,7 @@ def run(
         repeats=repeats,
         concurrency=concurrency,
         backend=backend,
+        uv_shim=uv_shim or None,
         seed=seed,
         window=window,
         task_names=task,
@@ -170,6 +178,7 @@ def sweep(
     ] = "default",
     seed: Annotated[int, typer.Option(help="Seed of the interleaved order.")] = 0,
     backend: Annotated[str, typer.Option(help="process or oci.")] = "process",
+    uv_shim: Annotated[bool, typer.Option(help=UV_SHIM_HELP)] = False,
     html: Annotated[Path | None, typer.Option(help="Also write the HTML report here.")] = None,
     report: Annotated[bool, typer.Option(help="Print the report when done.")] = True,
     executor: Annotated[str, typer.Option(help=EXECUTOR_HELP)] = "local",
@@ -188,6 +197,7 @@ def sweep(
         window=window,
         seed=seed,
         backend=backend,
+        uv_shim=uv_shim,
         executor=executor,
         ray_address=ray_address,
     )
@@ -302,6 +312,25 @@ def import_harbor(
         f"imported {result.imported} trials ({result.already_stored} already there) "
         f"into {result.run_dir}; see `levelfield report {result.run_dir}`"
     )
+
+
+@images_app.command("offline-bases")
+def offline_bases(
+    cache_dir: Annotated[
+        Path, typer.Option(help="Where the slow parts are kept between runs.")
+    ] = Path("/var/cache/levelfield"),
+    mirror: Annotated[str | None, typer.Option(help="Debian mirror (default: the host's).")] = None,
+    with_uv: Annotated[bool, typer.Option(help="Also prepare the uv shim (--uv-shim).")] = True,
+) -> None:
+    """Build stand-in base images (python:3.13-slim-bookworm, ubuntu:24.04, ...) from Debian,
+    for machines that reach no image registry. First run ~5-10 min; then cached."""
+    from levelfield.sandbox.oci import build_offline_bases
+
+    for stand_in in build_offline_bases(
+        cache_dir=cache_dir, mirror=mirror, with_uv=with_uv, log=err.print
+    ):
+        how = "cached" if stand_in.cached else "built"
+        console.print(f"{stand_in.tag}: {stand_in.description} ({how})")
 
 
 def _register_optional_commands() -> None:

@@ -39,6 +39,8 @@ class RunConfig(BaseModel):
         "trials, run in alternating blocks.",
     )
     backend: str = "process"
+    uv_shim: bool = Field(False, description="oci: place uv/uvx from PyPI before the verifier, "
+                          "for offline machines where test.sh cannot download it.")
     executor: Literal["local", "ray"] = Field(
         "local", description="local: this machine; ray: a Ray cluster (levelfield[ray])."
     )

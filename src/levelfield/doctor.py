@@ -105,13 +105,20 @@ def _loop_disk() -> Check:
 
 
 def _engines() -> list[Check]:
-    found = []
-    for tool in ("podman", "docker"):
-        if shutil.which(tool):
-            found.append(Check(tool, True, _output([tool, "--version"]), needed_by="oci"))
-    if not found:
-        found.append(Check("container engine", False, "neither podman nor docker found", "oci"))
-    return found
+    """The engine that answers on the Docker Engine API, as the oci backend will use it."""
+    try:
+        from levelfield.sandbox.oci import engine_report
+    except ImportError:
+        return [
+            Check(
+                "container engine",
+                False,
+                "the docker SDK is missing: pip install 'levelfield[oci]'",
+                "oci",
+            )
+        ]
+    report = engine_report()
+    return [Check("container engine", report.found, report.describe(), "oci")]
 
 
 def _output(argv: list[str]) -> str:

@@ -43,7 +43,7 @@ class _EnvironmentSection(_Section):
     storage: str | None = None
     build_timeout_sec: float = Field(600.0, gt=0)
     docker_image: str | None = None
-    allow_internet: bool = False
+    allow_internet: bool | None = None
 
     @model_validator(mode="after")
     def _sizes_parse(self) -> _EnvironmentSection:
@@ -90,7 +90,9 @@ class Task:
     verifier_timeout_s: float
     build_timeout_s: float
     workdir: PurePosixPath
-    allow_internet: bool = False
+    # None: task.toml does not say. The process backend then keeps the network off; the oci
+    # backend follows Harbor, whose default is on (Terminal-Bench verifiers install pytest).
+    allow_internet: bool | None = None
     docker_image: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     unknown_keys: tuple[str, ...] = ()

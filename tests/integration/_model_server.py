@@ -54,7 +54,7 @@ def model_server(script: Script) -> Iterator[str]:
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:  # http.server's name for it
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with lock:
                 script.authorizations.append(self.headers.get("Authorization", ""))

@@ -138,5 +138,5 @@ def test_a_floor_the_host_can_never_hold_is_refused_as_an_infra_error(
     assert "exceeds this host" in (record.error or "")
 
 
-def test_presets_are_what_the_issue_names() -> None:
+def test_the_three_presets_exist() -> None:
     assert set(PRESETS) == {"strict", "headroom", "uncapped"}

@@ -86,7 +86,7 @@ def run(
     run_dir = config.out.resolve()
     with Store.open_for_writing(run_dir) as store:
         run_id = store.meta().get("run_id") or uuid.uuid4().hex[:12]
-        backend = get_backend(config.backend, BackendOptions(run_id, run_dir))
+        backend = get_backend(config.backend, BackendOptions(run_id, run_dir, config.uv_shim))
         on_this_host = config.executor == "local"  # Ray checks and reaps every node itself
         problems = backend.check() if on_this_host else []
         if problems:

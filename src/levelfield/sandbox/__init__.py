@@ -89,6 +89,7 @@ class BackendOptions:
 
     run_id: str
     run_dir: Path
+    uv_shim: bool = False  # oci: place uv/uvx before the verifier (offline machines)
 
 
 _BACKENDS: Mapping[str, str] = {

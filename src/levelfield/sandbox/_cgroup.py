@@ -1,8 +1,8 @@
 """One cgroup per trial, on cgroup v1 or v2: limits in, kernel counters out.
 
-v1 (this project's CI hosts): one directory per controller (memory, cpu, cpuacct, pids), nested
-under the harness's own cgroup of that controller as /proc/self/cgroup names it — a session may
-only create children beneath its own memory cgroup. v2 (most users' machines): one directory with
+v1 (hybrid hosts): one directory per controller (memory, cpu, cpuacct, pids), nested under the
+harness's own cgroup of that controller as /proc/self/cgroup names it — a process may only
+create children beneath its own memory cgroup. v2 (most users' machines): one directory with
 memory.max / cpu.max / pids.max, under the harness's own cgroup, which must have the controllers
 delegated. Trial cgroups live at `<own>/levelfield/<run_id>/<trial_id>` so that a resumed run can
 find and reap exactly its own leftovers, and never another live run's.
@@ -128,6 +128,13 @@ class TrialCgroup:
     def __init__(self, host: CgroupHost, run_id: str, trial_id: str) -> None:
         self.host = host
         self.dirs = {name: base / PREFIX / run_id / trial_id for name, base in host.bases.items()}
+
+    @classmethod
+    def at(cls, host: CgroupHost, dirs: dict[str, Path]) -> TrialCgroup:
+        """Readers over directories someone else created (a container engine's cgroup)."""
+        cgroup = cls(host, "-", "-")
+        cgroup.dirs = dirs
+        return cgroup
 
     @property
     def is_v2(self) -> bool:

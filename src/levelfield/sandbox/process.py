@@ -165,7 +165,7 @@ class ProcessSandbox:
         argv = _bwrap.bwrap_argv(
             workspace.binds,
             workdir=task.workdir,
-            allow_network=task.allow_internet,
+            allow_network=bool(task.allow_internet),  # off unless the task asks for it
             info_fd=write_fd,
         )
         with open(trial_dir / "sandbox.log", "ab") as log:

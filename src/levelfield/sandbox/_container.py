@@ -1,0 +1,157 @@
+"""Container mechanics of the `oci` backend: exec streaming with a timeout, the kill of a timed-out
+exec's processes, the container's cgroup directories, and small tar and exit-code helpers.
+
+Kept apart from `oci.py` so that the backend reads as its Protocol methods; nothing here talks to
+the engine except through the `APIClient` it is handed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import socket
+import tarfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from levelfield.errors import HostUnsupported
+from levelfield.sandbox import _cgroup
+
+OUTPUT_TAIL_BYTES = 2000
+EXEC_POLL_S = 0.25  # how often a running exec is inspected: ~1 API call per poll
+EXEC_DRAIN_S = 0.5  # output still in flight after the exec's main process ended
+
+
+def container_cgroup(pid: int) -> _cgroup.TrialCgroup | None:
+    """The cgroup directories of a container's init, read from /proc/PID/cgroup on this host.
+
+    Reuses `TrialCgroup`'s readers (the same counters as the process backend) on the engine's
+    directories. None when the engine's processes are not visible here (a remote engine).
+    """
+    try:
+        own = _cgroup._own_paths(Path(f"/proc/{pid}/cgroup").read_text()) if pid else None
+        host = _cgroup.detect()
+    except (OSError, HostUnsupported):
+        return None
+    if not own:
+        return None
+    if host.version == 2:
+        dirs = {"unified": _cgroup.CGROUP_ROOT / own.get("", "/").lstrip("/")}
+    else:
+        mounts = _cgroup._v1_mounts(Path("/proc/mounts").read_text())
+        dirs = {c: mounts[c] / own.get(c, "/").lstrip("/") for c in _cgroup.V1_CONTROLLERS}
+    return _cgroup.TrialCgroup.at(host, dirs)  # the engine's directories, not ours
+
+
+def memory_key(cgroup: _cgroup.TrialCgroup) -> str:
+    return "unified" if cgroup.is_v2 else "memory"
+
+
+def run_exec(api: Any, exec_id: str, log: Any, timeout_s: float) -> bool:
+    """Stream an exec's output into `log` until its main process ends; True if it timed out.
+
+    Docker keeps the stream open while a background child holds stdout, so the end is taken from
+    the exec's state, not from the end of the stream (podman closes the stream itself).
+    """
+    sock = api.exec_start(exec_id, socket=True)
+    reader = threading.Thread(target=_copy_frames, args=(sock, log), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout_s
+    timed_out = False
+    while reader.is_alive():
+        reader.join(min(EXEC_POLL_S, max(0.0, deadline - time.monotonic())))
+        if not reader.is_alive():
+            break
+        if time.monotonic() >= deadline:
+            timed_out = True
+            _kill_tree(int(api.exec_inspect(exec_id).get("Pid") or 0))
+            reader.join(EXEC_DRAIN_S)
+            break
+        if not api.exec_inspect(exec_id).get("Running"):
+            reader.join(EXEC_DRAIN_S)
+            break
+    _shutdown(sock)
+    reader.join(EXEC_DRAIN_S)
+    return timed_out
+
+
+def _copy_frames(sock: Any, log: Any) -> None:
+    from docker.utils.socket import frames_iter
+
+    with contextlib.suppress(OSError, ValueError):
+        for _, data in frames_iter(sock, tty=False):
+            log.write(data)
+            log.flush()
+
+
+def _shutdown(sock: Any) -> None:
+    raw = getattr(sock, "_sock", sock)
+    with contextlib.suppress(OSError, AttributeError):
+        raw.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL an exec's process group and every descendant, from the host.
+
+    runc makes the exec'd bash a session and group leader, so killpg reaches what it started;
+    the /proc walk catches children that moved to their own group. Needs a local engine (the
+    PID is the host's); with a remote engine the timed-out phase is left to the container's end.
+    """
+    if pid <= 0:
+        return
+    for _ in range(20):
+        pids = [pid, *_descendants(pid)]
+        alive = [p for p in pids if Path(f"/proc/{p}").exists()]
+        if not alive:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        for p in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGKILL)
+        time.sleep(0.05)
+
+
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        current = stack.pop()
+        for children in Path(f"/proc/{current}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                kids = [int(x) for x in children.read_text().split()]
+                found += kids
+                stack += kids
+    return found
+
+
+def dirs_tar(names: tuple[str, ...]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name in names:
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+            tar.addfile(info)
+    return buffer.getvalue()
+
+
+def signal_of(exit_code: int | None) -> int | None:
+    """Shell convention, as the process backend: 128 + N is a death by signal N."""
+    if exit_code is None:
+        return None
+    return exit_code - 128 if 128 < exit_code < 160 else None
+
+
+def tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - OUTPUT_TAIL_BYTES))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""

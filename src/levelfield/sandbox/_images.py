@@ -1,0 +1,209 @@
+"""Task → image: build `environment/` once per content, through the Docker Engine API.
+
+The tag is a hash of the build context (every file's path, mode and bytes) and of the local image
+IDs its FROM lines name, so an edited Dockerfile or a rebuilt stand-in base gives a new image,
+and an unchanged task reuses its image across trials and runs. Build logs go to the run's
+`images/` directory, one per tag; a failed or timed-out build raises `SandboxStartError` with
+the log's tail. A lock file per tag keeps two trials of one task from building it twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from levelfield.errors import SandboxStartError
+from levelfield.tasks import Task
+
+IMAGE_REPOSITORY = "levelfield"  # tags read levelfield/<task>:<context hash>
+LABEL_CONTEXT = "levelfield.context"
+LABEL_STAND_IN = "levelfield.stand-in"  # set by _offline.py on the bases it builds
+LOG_TAIL_BYTES = 3000
+_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltImage:
+    """The image a trial runs, and how it came to be (recorded in the trial's evidence)."""
+
+    tag: str
+    image_id: str
+    cached: bool
+    log_path: Path | None
+    stand_in: str | None  # the offline base it was built on, when it was
+
+    def describe(self) -> str:
+        how = "cached" if self.cached else "built"
+        base = f", stand-in base {self.stand_in}" if self.stand_in else ""
+        return f"image {self.tag} ({how}{base})"
+
+
+def from_images(dockerfile: Path) -> list[str]:
+    """Base images the Dockerfile's FROM lines name (build stages referring back are kept)."""
+    return _FROM.findall(dockerfile.read_text(errors="replace"))
+
+
+def context_hash(context: Path, base_ids: list[str]) -> str:
+    """sha256 over the context's files (path, mode, bytes) and the bases' image IDs."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in context.rglob("*") if p.is_file() or p.is_symlink()):
+        rel = path.relative_to(context).as_posix()
+        digest.update(f"{rel}\0{path.lstat().st_mode:o}\0".encode())
+        digest.update(os.readlink(path).encode() if path.is_symlink() else path.read_bytes())
+        digest.update(b"\0")
+    for base_id in base_ids:
+        digest.update(f"base\0{base_id}\0".encode())
+    return digest.hexdigest()
+
+
+def image_tag(task: Task, digest: str) -> str:
+    name = re.sub(r"[^a-z0-9._-]+", "-", task.name.lower()).strip("-.") or "task"
+    return f"{IMAGE_REPOSITORY}/{name}:{digest[:16]}"
+
+
+def ensure_image(client: Any, task: Task, *, images_dir: Path) -> BuiltImage:
+    """The task's image: built from environment/ (cached by content), or its prebuilt image.
+
+    `client` is a `docker.DockerClient`. A prebuilt `docker_image` is used only when the task has
+    no Dockerfile: the build context is the task's truth, and no registry may be reachable.
+    """
+    dockerfile = task.environment_dir / "Dockerfile"
+    if not dockerfile.is_file():
+        return _prebuilt(client, task)
+    bases = [_local_id(client, name) for name in from_images(dockerfile)]
+    tag = image_tag(task, context_hash(task.environment_dir, [b for b in bases if b]))
+    images_dir.mkdir(parents=True, exist_ok=True)
+    log_path = images_dir / f"{tag.replace('/', '_').replace(':', '_')}.log"
+    with _build_lock(log_path.with_suffix(".lock")):
+        found = _inspect(client, tag)
+        cached = found is not None
+        if found is None:
+            _build(client, task, tag, log_path)
+            found = _inspect(client, tag)
+            if found is None:
+                raise SandboxStartError(f"build of {tag} reported success but left no image")
+    labels = (found.get("Config") or {}).get("Labels") or {}
+    return BuiltImage(tag, found["Id"], cached, log_path, labels.get(LABEL_STAND_IN))
+
+
+def _prebuilt(client: Any, task: Task) -> BuiltImage:
+    if not task.docker_image:
+        raise SandboxStartError(f"{task.name}: no environment/Dockerfile and no docker_image")
+    found = _inspect(client, task.docker_image)
+    if found is None:
+        raise SandboxStartError(
+            f"{task.name}: image {task.docker_image} is not present locally and no Dockerfile "
+            "to build it from (levelfield never pulls: load the image into the engine first)"
+        )
+    labels = (found.get("Config") or {}).get("Labels") or {}
+    return BuiltImage(task.docker_image, found["Id"], True, None, labels.get(LABEL_STAND_IN))
+
+
+def _inspect(client: Any, name: str) -> dict[str, Any] | None:
+    import docker.errors
+
+    try:
+        return client.api.inspect_image(name)  # type: ignore[no-any-return]
+    except docker.errors.ImageNotFound:
+        return None
+    except docker.errors.APIError as exc:
+        if getattr(exc, "status_code", None) == 404:
+            return None
+        raise
+
+
+def _local_id(client: Any, name: str) -> str | None:
+    found = _inspect(client, name)
+    return found["Id"] if found else None
+
+
+@contextmanager
+def _build_lock(path: Path) -> Iterator[None]:
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build(client: Any, task: Task, tag: str, log_path: Path) -> None:
+    """Stream the build log to `log_path`; give up at the task's build timeout.
+
+    `pull=False`: the FROM images must be local (stand-in bases, or loaded by hand); podman's
+    compat endpoint would otherwise try a registry that is not reachable and hang on DNS.
+    """
+    stream = client.api.build(
+        path=str(task.environment_dir),
+        tag=tag,
+        rm=True,
+        forcerm=True,
+        pull=False,
+        decode=False,  # decoded below: the raw generator holds the response `_close_stream` needs
+        labels={LABEL_CONTEXT: tag.split(":")[-1]},
+    )
+    outcome: dict[str, str] = {}
+    with open(log_path, "w") as log:
+        log.write(f"# levelfield build of {task.name} from {task.environment_dir} as {tag}\n")
+        log.flush()
+        reader = threading.Thread(target=_drain, args=(stream, log, outcome), daemon=True)
+        started = time.monotonic()
+        reader.start()
+        reader.join(task.build_timeout_s)
+        if reader.is_alive():
+            _close_stream(stream)
+            raise SandboxStartError(
+                f"build of {task.name} exceeded its build timeout of {task.build_timeout_s:g} s; "
+                f"log {log_path}:\n{_tail(log_path)}"
+            )
+        log.write(f"# finished in {time.monotonic() - started:.1f} s\n")
+    if "error" in outcome:
+        raise SandboxStartError(
+            f"build of {task.name} failed: {outcome['error']}; log {log_path}:\n{_tail(log_path)}"
+        )
+
+
+def _drain(stream: Any, log: Any, outcome: dict[str, str]) -> None:
+    from docker.utils.json_stream import json_stream
+
+    try:
+        for chunk in json_stream(stream):
+            text = chunk.get("stream") or chunk.get("status") or ""
+            if "error" in chunk or "errorDetail" in chunk:
+                outcome["error"] = str(chunk.get("error") or chunk.get("errorDetail"))
+                text = f"ERROR: {outcome['error']}\n"
+            log.write(text)
+            log.flush()
+    except Exception as exc:  # the engine dropped the connection mid-build
+        outcome["error"] = f"{type(exc).__name__}: {exc}"
+        log.write(f"ERROR: {outcome['error']}\n")
+
+
+def _close_stream(stream: Any) -> None:
+    """Dropping the build's connection is how the Engine API cancels a build (Docker honours it;
+    podman 4.3 may finish the build in the background). The streaming generator holds the HTTP
+    response; shutting its socket down unblocks the reader thread too."""
+    frame = getattr(stream, "gi_frame", None)
+    response = frame.f_locals.get("response") if frame is not None else None
+    if response is not None:
+        with contextlib.suppress(Exception):  # best effort: the trial fails with the timeout
+            response.close()
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,220 @@
+"""Real containers on the `oci` backend (podman or Docker): limits, evidence, cleanup, TB2 oracles.
+
+Needs an engine answering on DOCKER_HOST or a usual socket (scripts/oci_setup.sh starts podman's)
+and the stand-in bases, which the session fixture builds or finds cached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from levelfield.plan import plan_trials
+from levelfield.policy import PRESETS, apply_policy
+from levelfield.records import Outcome, Reason, TrialRecord
+from levelfield.runner import TrialContext, run_trial
+from levelfield.sandbox import BackendOptions
+from levelfield.tasks import Task, load_task
+
+from ..conftest import TB2_SAMPLE, MakeTask, require
+
+pytestmark = pytest.mark.oci
+
+PYTHON_BASE = "FROM python:3.13-slim-bookworm\nWORKDIR /app\n"
+# Touches every page (b"x" * n), unlike bytes(n), whose zero pages cost no memory.
+ALLOC_THEN_MARK = 'python3 -c \'b = b"x" * ({mb} << 20); open("/app/done", "w").write("ok")\''
+# bn-fit-modify needs its dataset and CRAN at build time, which no registry here serves.
+TB2_OFFLINE = [
+    "cancel-async-tasks",
+    "kv-store-grpc",
+    "largest-eigenval",
+    "log-summary-date-ranges",
+    "openssl-selfsigned-cert",
+    "prove-plus-comm",
+    "regex-log",
+]
+
+
+def _engine_problems() -> list[str]:
+    try:
+        from levelfield.sandbox import oci
+    except ImportError as exc:
+        return [f"the oci extra ({exc})"]
+    report = oci.engine_report()
+    return list(report.problems)
+
+
+@pytest.fixture(scope="session")
+def stand_ins() -> None:
+    """The offline bases (cached after the first build on a machine: seconds)."""
+    require(_engine_problems(), "an OCI engine")
+    from levelfield.sandbox import oci
+
+    oci.build_offline_bases(log=lambda line: print(f"offline-bases: {line}"))
+
+
+@pytest.fixture
+def backend(tmp_path: Path, stand_ins: None) -> Iterator[object]:
+    from levelfield.sandbox import oci
+
+    run_id = f"t{os.getpid()}-{tmp_path.name[-12:]}"
+    box = oci.OciBackend(BackendOptions(run_id, tmp_path), oci.OciSettings(uv_shim=True))
+    yield box
+    box.reap(run_id)
+
+
+def _run(backend: object, task: Task, policy: str, run_dir: Path) -> TrialRecord:
+    (trial,) = plan_trials([task], ["oracle"], [PRESETS[policy]])
+    ctx = TrialContext(backend.options.run_id, run_dir, "oci")  # type: ignore[attr-defined]
+    return run_trial(trial, backend, ctx)  # type: ignore[arg-type]
+
+
+def _containers(run_id: str) -> list[str]:
+    from levelfield.sandbox import oci
+
+    api = oci.OciBackend(BackendOptions(run_id, Path("/tmp"))).client.api
+    return [
+        c["Id"] for c in api.containers(all=True, filters={"label": f"levelfield.run={run_id}"})
+    ]
+
+
+def test_oracle_passes_in_a_container_built_from_a_local_base(
+    make_task: MakeTask, backend: object, tmp_path: Path
+) -> None:
+    task = load_task(make_task("tiny", solve="echo hello > /app/done"))
+    record = _run(backend, task, "strict", tmp_path / "run")
+    assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED), record.error
+    notes = " ".join(record.evidence.notes)
+    assert "mem_limit=67108864" in notes and "memswap_limit=67108864" in notes
+    assert "stand-in base" in notes  # which offline base the image was built on
+    assert (tmp_path / "run" / "trials" / record.trial_key / "logs" / "verifier").is_dir()
+    assert _containers(backend.options.run_id) == []  # type: ignore[attr-defined]
+
+
+def test_twice_the_spec_is_oom_killed_under_strict_and_passes_uncapped(
+    make_task: MakeTask, backend: object, tmp_path: Path
+) -> None:
+    root = make_task(
+        "spike",
+        solve=ALLOC_THEN_MARK.format(mb=128),
+        memory_mb=64,
+        files={"environment/Dockerfile": PYTHON_BASE},
+    )
+    task = load_task(root)
+    strict = _run(backend, task, "strict", tmp_path / "strict")
+    assert (strict.outcome, strict.reason) == (Outcome.INFRA_ERROR, Reason.OOM_KILLED)
+    assert strict.evidence.oom_kills >= 1  # from memory.oom_control, not the engine's OOMKilled
+    assert strict.agent_phase is not None and strict.agent_phase.exit_code == 137
+    uncapped = _run(backend, task, "uncapped", tmp_path / "uncapped")
+    assert (uncapped.outcome, uncapped.reason) == (Outcome.PASSED, Reason.TESTS_PASSED)
+    assert uncapped.evidence.oom_kills == 0
+    assert (uncapped.evidence.memory_peak_bytes or 0) > 128 << 20
+    assert "unset: mem_limit, memswap_limit, nano_cpus" in " ".join(uncapped.evidence.notes)
+
+
+def test_a_failed_build_is_a_sandbox_error_with_the_build_log_tail(
+    make_task: MakeTask, backend: object, tmp_path: Path
+) -> None:
+    broken = "FROM debian:bookworm-slim\nRUN echo doomed-step && exit 3\nWORKDIR /app\n"
+    task = load_task(make_task("broken", files={"environment/Dockerfile": broken}))
+    record = _run(backend, task, "strict", tmp_path / "run")
+    assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.SANDBOX_ERROR)
+    assert record.error is not None and "doomed-step" in record.error
+
+
+def test_sandbox_exec_timeout_signal_copy_and_background_processes(
+    make_task: MakeTask, backend: object, tmp_path: Path
+) -> None:
+    task = load_task(make_task("box"))
+    limits = apply_policy(PRESETS["headroom"], task.spec)
+    box = backend.start(task, limits, trial_id="box", trial_dir=tmp_path)  # type: ignore[attr-defined]
+    try:
+        log = tmp_path / "exec.log"
+        slow = box.exec("echo started; sleep 30", timeout_s=1, log_path=log)
+        assert slow.timed_out and slow.exit_code is None and slow.duration_s < 5
+        killed = box.exec("kill -9 $$", timeout_s=10, log_path=log)
+        assert (killed.exit_code, killed.signal) == (137, 9)
+        daemon = box.exec(
+            "sleep 300 >/dev/null 2>&1 & echo $! > /tmp/pid", timeout_s=10, log_path=log
+        )
+        assert daemon.exit_code == 0 and daemon.duration_s < 5  # no wait for the child's stdout
+        alive = box.exec('kill -0 "$(cat /tmp/pid)" && pwd', timeout_s=10, log_path=log)
+        assert alive.exit_code == 0 and alive.output_tail.strip().endswith("/app")
+        (tmp_path / "tests").mkdir()
+        (tmp_path / "tests" / "a.txt").write_text("fresh")
+        box.exec("mkdir -p /tests && echo stale > /tests/old", timeout_s=10, log_path=log)
+        box.copy_in(tmp_path / "tests", PurePosixPath("/tests"))
+        assert box.read_file(PurePosixPath("/tests/a.txt")) == b"fresh"
+        assert box.read_file(PurePosixPath("/tests/old")) is None
+        assert box.read_file(PurePosixPath("/nope")) is None
+        box.exec(
+            ". $HOME/.local/bin/env && uv --version > /logs/verifier/uv.txt",
+            timeout_s=20,
+            log_path=log,
+        )
+        box.collect_logs(tmp_path / "logs")
+        assert (tmp_path / "logs" / "verifier" / "uv.txt").read_text().startswith("uv ")
+        assert box.usage().memory_bytes > 0
+        assert "started" in log.read_text()
+    finally:
+        box.close()
+
+
+_HARNESS = textwrap.dedent("""\
+    import sys
+    from pathlib import Path
+    from levelfield.policy import PRESETS, apply_policy
+    from levelfield.sandbox import BackendOptions, oci
+    from levelfield.tasks import load_task
+    task = load_task(Path(sys.argv[1]))
+    backend = oci.OciBackend(BackendOptions(sys.argv[2], Path(sys.argv[3])))
+    box = backend.start(task, apply_policy(PRESETS["strict"], task.spec), trial_id="doomed",
+                        trial_dir=Path(sys.argv[3]))
+    print("started", flush=True)
+    box.exec("sleep 300", timeout_s=600, log_path=Path(sys.argv[3]) / "agent.log")
+""")
+
+
+def test_kill_9_of_the_harness_then_reap_leaves_no_container(
+    make_task: MakeTask, backend: object, tmp_path: Path
+) -> None:
+    task_root = make_task("doomed")
+    run_id = f"doomed-{os.getpid()}"
+    script = tmp_path / "harness.py"
+    script.write_text(_HARNESS)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(task_root), run_id, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(_containers(run_id)) == 1  # the dead harness left its container running
+    from levelfield.sandbox import oci
+
+    assert oci.OciBackend(BackendOptions(run_id, tmp_path)).reap(run_id) >= 1
+    assert _containers(run_id) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TB2_OFFLINE)
+def test_tb2_oracle_passes_under_headroom(name: str, backend: object, tmp_path: Path) -> None:
+    if not (TB2_SAMPLE / name).is_dir():
+        require([f"{TB2_SAMPLE / name}"], "the TB2 sample")
+    # The verifiers install pytest from PyPI and curl with apt: they need the network, as in
+    # Harbor, whose task.toml default is allow_internet = true.
+    task = dataclasses.replace(load_task(TB2_SAMPLE / name), allow_internet=True)
+    record = _run(backend, task, "headroom", tmp_path / "run")
+    tail = record.verifier_phase.output_tail if record.verifier_phase else record.error
+    assert (record.outcome, record.reward) == (Outcome.PASSED, 1.0), tail
