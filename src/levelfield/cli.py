@@ -203,9 +203,23 @@ def sweep(
     )
     _execute(cfg)
     if report or html:
-        from levelfield._cli_analysis import report as report_command
+        _report_sweep(out, html, show=report, seed=seed)
 
-        report_command(out, html=html, json_out=False, card=False, margin="2pp", seed=seed)
+
+def _report_sweep(out: Path, html: Path | None, *, show: bool, seed: int) -> None:
+    """The sweep's answer right after it: the summary on the terminal and/or the HTML page."""
+    from levelfield._cli_analysis import _bad_input, _load
+    from levelfield.analysis.summary import summarize
+    from levelfield.report import render_html, show_summary
+
+    data = _load(out)
+    with _bad_input():
+        summary = summarize(data.trials, info=data.info, seed=seed)
+    if show:
+        show_summary(summary, console)
+    if html is not None:
+        html.write_text(render_html(summary), encoding="utf-8")
+        err.print(f"wrote {html}")
 
 
 def _execute(cfg: RunConfig) -> None:

@@ -82,7 +82,7 @@ def concurrency_blocks(trials: Sequence[Trial], default: int) -> list[tuple[int,
     while any(queues.values()):
         for level in sorted(queues):
             take = queues[level][: BLOCK_ROUNDS * level]
-            queues[level] = queues[level][len(take):]
+            queues[level] = queues[level][len(take) :]
             if take:
                 blocks.append((level, take))
     return blocks
@@ -91,10 +91,11 @@ def concurrency_blocks(trials: Sequence[Trial], default: int) -> list[tuple[int,
 def estimate_duration_s(
     trials: Sequence[Trial], concurrency: int, measured_s: dict[str, float] | None = None
 ) -> float:
-    """Wall time if trials take what earlier trials of their task took (else half the timeouts)."""
+    """Wall time if trials take what earlier trials of their task took; a task never measured
+    counts its full timeouts, so without measurements this is an upper bound."""
     measured_s = measured_s or {}
     total = sum(
-        measured_s.get(t.task.name, (t.task.agent_timeout_s + t.task.verifier_timeout_s) / 2)
+        measured_s.get(t.task.name, t.task.agent_timeout_s + t.task.verifier_timeout_s)
         for t in trials
     )
     return total / max(1, concurrency)

@@ -40,6 +40,7 @@ class PlanInfo:
     seed: int
     window: str
     estimated_s: float
+    measured: bool = False  # False: no stored trial to go by, the estimate is the timeouts' bound
 
 
 @dataclass
@@ -105,6 +106,7 @@ def run(
                     config.seed,
                     config.window,
                     estimate_duration_s(todo, config.concurrency, measured),
+                    measured=all(t.task.name in measured for t in todo),
                 )
             )
         ctx = TrialContext(run_id, run_dir, backend.name, agent_options=config.agent_options)

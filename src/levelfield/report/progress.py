@@ -58,7 +58,11 @@ class TrialProgress:
         self.console.print(
             f"{len(plan.todo)} trials to run ({plan.already_stored} already stored), window "
             f"{plan.window!r}, concurrency {self.concurrency}, order seed {plan.seed}; "
-            f"estimated ~{plan.estimated_s / 60:.1f} min"
+            + (
+                f"estimated ~{plan.estimated_s / 60:.1f} min from the stored trials"
+                if plan.measured
+                else f"at most {plan.estimated_s / 60:.0f} min by the tasks' timeouts"
+            )
         )
         self._bar = self._progress.add_task("trials", total=len(plan.todo), counts=self._text())
 

@@ -155,7 +155,21 @@ class TrialCgroup:
         except OSError as exc:
             raise SandboxStartError(f"cgroup setup failed at {exc.filename}: {exc}") from exc
 
+    def _weigh_parents(self) -> None:
+        """CPU floors are shares among siblings; the levelfield/ and run/ levels above the trials
+        compete with everything else on the host. With the default weight (one CPU's worth) a
+        few busy host processes would leave all trials together a fraction of a core, so those
+        levels weigh as much as the whole host's CPUs: the trials' floors hold under load."""
+        host_shares = CPU_SHARES_PER_CPU * (os.cpu_count() or 1)
+        cpu = self._dir("cpu")
+        for level in (cpu.parent, cpu.parent.parent):
+            if self.is_v2:
+                _write(level / "cpu.weight", min(10000, 100 * (os.cpu_count() or 1)), optional=True)
+            else:
+                _write(level / "cpu.shares", host_shares, optional=True)
+
     def _apply(self, limits: Limits) -> None:
+        self._weigh_parents()
         shares = max(2, int(limits.cpu_floor * CPU_SHARES_PER_CPU))
         quota = int(limits.cpu_ceiling * CFS_PERIOD_US) if limits.cpu_ceiling else None
         if self.is_v2:

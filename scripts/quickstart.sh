@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Sets levelfield up, then sweeps the bundled noise suite (14 tasks x 3 agents x 3 policies x
+# 3 repeats = 378 trials, about 3 minutes on 2 cores), prints the report and writes
+# noise-suite.html. Run it again to resume; remove runs/noise to start over.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+exec .venv/bin/levelfield sweep examples/noise-suite \
+  --agents oracle,replay:hungry,replay:adaptive --policies strict,3x,uncapped \
+  --repeats 3 --concurrency 2 --out runs/noise --html noise-suite.html "$@"
