@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -37,6 +38,15 @@ def run_with_policy(task_root: Path, out: Path, policy: Policy) -> TrialRecord:
         return run_trial(trial, backend, TrialContext("api-" + out.name, out, "process"))
     finally:
         backend.reap("api-" + out.name)
+
+
+def stored_count(run_dir: Path) -> int:
+    """Trials committed so far, read while another process may be writing the run."""
+    try:
+        with sqlite3.connect(run_dir / "run.db") as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
+    except sqlite3.Error:
+        return 0
 
 
 def leftovers(run_id: str, run_dir: Path) -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -16,17 +15,9 @@ import pytest
 from levelfield.store import reading
 
 from ..conftest import MakeTask
-from ._helpers import leftovers
+from ._helpers import leftovers, stored_count
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
-
-
-def _stored(run_dir: Path) -> int:
-    try:
-        with sqlite3.connect(run_dir / "run.db") as conn:
-            return int(conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
-    except sqlite3.Error:
-        return 0
 
 
 def _command(dataset: Path, out: Path) -> list[str]:
@@ -59,12 +50,12 @@ def test_kill_9_mid_run_then_resume_runs_every_trial_exactly_once(
         _command(root.parent, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 60
-    while _stored(out) < 3 and time.monotonic() < deadline:
+    while stored_count(out) < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _stored(out) >= 3, "the harness never stored a trial"
+    assert stored_count(out) >= 3, "the harness never stored a trial"
     os.kill(harness.pid, signal.SIGKILL)
     harness.wait()
-    interrupted = _stored(out)
+    interrupted = stored_count(out)
     assert interrupted < 12, "the run finished before it could be killed"
 
     resumed = subprocess.run(
@@ -92,7 +83,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_trials(
         _command(root.parent, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     deadline = time.monotonic() + 60
-    while _stored(out) < 2 and time.monotonic() < deadline:
+    while stored_count(out) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     harness.send_signal(signal.SIGINT)
     _, stderr = harness.communicate(timeout=60)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import MakeTask
+from ._helpers import stored_count
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 SPIKE = 'python3 -c \'b = b"x" * (100 << 20); open("/app/done", "w").write("ok")\''
@@ -99,14 +100,6 @@ def test_sweep_report_matches_the_stored_trials_across_windows(
     assert html.read_text().count("<svg") >= 3
 
 
-def _stored(db: Path) -> int:
-    try:
-        with sqlite3.connect(db) as conn:
-            return int(conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
-    except sqlite3.Error:
-        return 0
-
-
 def test_an_interrupted_sweep_resumes_in_the_same_order_without_duplicates(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
@@ -120,7 +113,7 @@ def test_an_interrupted_sweep_resumes_in_the_same_order_without_duplicates(
         stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 60
-    while _stored(out / "run.db") < 3 and time.monotonic() < deadline:
+    while stored_count(out) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
