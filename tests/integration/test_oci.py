@@ -218,3 +218,48 @@ def test_tb2_oracle_passes_under_headroom(name: str, backend: object, tmp_path: 
     record = _run(backend, task, "headroom", tmp_path / "run")
     tail = record.verifier_phase.output_tail if record.verifier_phase else record.error
     assert (record.outcome, record.reward) == (Outcome.PASSED, 1.0), tail
+
+
+def test_kill_9_mid_run_then_resume_runs_every_trial_once_with_no_container_left(
+    make_task: MakeTask, stand_ins: None, tmp_path: Path
+) -> None:
+    from levelfield.store import reading
+
+    from ._helpers import stored_count
+
+    for name in ("a", "b"):
+        root = make_task(name, solve="sleep 2; touch /app/done")
+    out = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "levelfield",
+        "run",
+        str(root.parent),
+        "--backend",
+        "oci",
+        "--repeats",
+        "3",
+        "--concurrency",
+        "2",
+        "--out",
+        str(out),
+    ]
+    harness = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while stored_count(out) < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # a trial or two in flight, in their containers
+    harness.send_signal(signal.SIGKILL)
+    harness.wait()
+    with reading(out) as store:
+        run_id = store.meta()["run_id"]
+    interrupted = stored_count(out)
+    assert 1 <= interrupted < 6
+    resumed = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    with reading(out) as store:
+        keys = [r.trial_key for r in store.records()]
+        assert all(r.outcome is Outcome.PASSED for r in store.records())
+    assert len(keys) == len(set(keys)) == 6
+    assert _containers(run_id) == []
