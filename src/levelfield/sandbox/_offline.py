@@ -37,9 +37,8 @@ from levelfield.errors import HostUnsupported, SandboxStartError
 DEFAULT_CACHE_DIR = Path(os.environ.get("LEVELFIELD_CACHE_DIR", "/var/cache/levelfield"))
 RECIPE_VERSION = "1"  # bump when the recipes below change: cached images then rebuild
 SUITE = "bookworm"
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
 PYTHON_SOURCE_SUITE = "trixie"  # its python3.13 source package carries the upstream tarball
-UV_VERSION = "0.9.5"  # the version TB2's tests/test.sh install with astral.sh/uv/0.9.5/install.sh
+UV_VERSION = "0.9.5"  # the uv version TB2's tests/test.sh download with uv's installer script
 MINBASE_IMAGE = "levelfield/stand-in-bookworm"
 STAND_IN_FOR = {  # the FROM names of the sample, fully qualified as the engine stores them
     "python": ("docker.io/library/python", "3.13-slim-bookworm"),
@@ -79,7 +78,7 @@ strip --strip-unneeded bin/python3.* lib/python3.*/lib-dynload/*.so 2>/dev/null 
 for n in idle3 pip3 pydoc3 python3 python3-config; do ln -sf "$n" "bin/${{n%3}}"; done
 tar -C /out/root -czf /out/cpython.tar.gz usr
 """
-# Placed with /tests: what astral.sh's installer would have left, so `curl … | sh` (which cannot
+# Placed with /tests: what uv's installer script would have left, so `curl … | sh` (which cannot
 # resolve here and pipes nothing into sh) is harmless and `source $HOME/.local/bin/env` works.
 UV_SHIM_INSTALL = f"""set -e
 bin="$HOME/.local/bin"
@@ -110,7 +109,8 @@ class StandIn:
 
 
 def detect_mirror(sources_dir: Path = Path("/etc/apt")) -> str:
-    """The host's Debian mirror (deb822 `URIs:` or one-line `deb URL bookworm`), else Debian's."""
+    """The host's Debian mirror (deb822 `URIs:` or one-line `deb URL bookworm`); the stand-ins
+    are built from the same archive the host itself installs from."""
     candidates = [*sorted(sources_dir.glob("sources.list.d/*")), sources_dir / "sources.list"]
     for path in candidates:
         with contextlib.suppress(OSError):
@@ -122,7 +122,10 @@ def detect_mirror(sources_dir: Path = Path("/etc/apt")) -> str:
                     url = next(w for w in words[1:] if "://" in w)
                     if url.rstrip("/").endswith("/debian"):
                         return url
-    return DEFAULT_MIRROR
+    raise SandboxStartError(
+        f"no Debian mirror found in {sources_dir}: pass one with `levelfield images "
+        "offline-bases --mirror URL`"
+    )
 
 
 def build_offline_bases(
