@@ -20,7 +20,8 @@ from pathlib import Path
 from levelfield.agents import Agent, AgentOptions, make_agent
 from levelfield.outcome import PhaseLog, classify, outcome_of
 from levelfield.plan import Trial
-from levelfield.records import Evidence, Telemetry, TrialRecord
+from levelfield.policy import Limits
+from levelfield.records import Evidence, HostContext, Telemetry, TrialRecord
 from levelfield.sandbox import Backend, Sandbox
 from levelfield.telemetry import Sampler, host_context
 from levelfield.verifier import run_verifier
@@ -75,8 +76,24 @@ def run_trial(trial: Trial, backend: Backend, ctx: TrialContext) -> TrialRecord:
         log.error = exc
         log.api_calls = log.api_calls or tuple(getattr(exc, "calls", ()))
     log.evidence = with_log_evidence(log)
+    record = _record(trial, ctx, log, limits, host, sampler, phase_s, started, t0)
+    (trial_dir / "record.json").write_text(record.model_dump_json(indent=2))
+    return record
+
+
+def _record(
+    trial: Trial,
+    ctx: TrialContext,
+    log: PhaseLog,
+    limits: Limits,
+    host: HostContext,
+    sampler: Sampler | None,
+    phase_s: dict[str, float],
+    started: datetime,
+    t0: float,
+) -> TrialRecord:
     reason = classify(log)
-    record = TrialRecord(
+    return TrialRecord(
         trial_key=trial.key,
         run_id=ctx.run_id,
         task=trial.task.name,
@@ -105,8 +122,6 @@ def run_trial(trial: Trial, backend: Backend, ctx: TrialContext) -> TrialRecord:
         duration_s=round(time.monotonic() - t0, 3),
         api_calls=log.api_calls,
     )
-    (trial_dir / "record.json").write_text(record.model_dump_json(indent=2))
-    return record
 
 
 def record_without_sandbox(trial: Trial, ctx: TrialContext, exc: BaseException) -> TrialRecord:

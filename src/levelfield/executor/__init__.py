@@ -72,18 +72,7 @@ def run(
         import_ray()  # a missing extra is refused before the store is touched
     dataset = _load(config)
     policies = config.resolved_policies()
-    agents = config.resolved_agents()
-    for spec in agents:
-        make_agent(spec, config.agent_options)  # a misconfigured agent fails before any trial
-    trials = plan_trials(
-        dataset.tasks,
-        agents,
-        policies,
-        repeats=config.repeats,
-        window=config.window,
-        seed=config.seed,
-        concurrency_levels=config.concurrency_levels,
-    )
+    trials = _plan(config, dataset, policies)
     run_dir = config.out.resolve()
     with Store.open_for_writing(run_dir) as store:
         run_id = store.meta().get("run_id") or uuid.uuid4().hex[:12]
@@ -98,17 +87,7 @@ def run(
         if todo:
             store.add_plan(config.window, config.seed, _now(), [t.key for t in trials])
         if on_plan:
-            measured = _measured_durations(store)
-            on_plan(
-                PlanInfo(
-                    todo,
-                    len(trials) - len(todo),
-                    config.seed,
-                    config.window,
-                    estimate_duration_s(todo, config.concurrency, measured),
-                    measured=all(t.task.name in measured for t in todo),
-                )
-            )
+            on_plan(_plan_info(todo, len(trials) - len(todo), config, store))
         ctx = TrialContext(run_id, run_dir, backend.name, agent_options=config.agent_options)
         if on_this_host:
             backend.reap(run_id)
@@ -120,6 +99,33 @@ def run(
             store.set_meta({"finished_at": _now()})
     return RunResult(
         run_dir, run_id, len(trials), len(trials) - len(todo), executed, dataset.problems, todo
+    )
+
+
+def _plan(config: RunConfig, dataset: Dataset, policies: list[Policy]) -> list[Trial]:
+    agents = config.resolved_agents()
+    for spec in agents:
+        make_agent(spec, config.agent_options)  # a misconfigured agent fails before any trial
+    return plan_trials(
+        dataset.tasks,
+        agents,
+        policies,
+        repeats=config.repeats,
+        window=config.window,
+        seed=config.seed,
+        concurrency_levels=config.concurrency_levels,
+    )
+
+
+def _plan_info(todo: list[Trial], stored: int, config: RunConfig, store: Store) -> PlanInfo:
+    measured = _measured_durations(store)
+    return PlanInfo(
+        todo,
+        stored,
+        config.seed,
+        config.window,
+        estimate_duration_s(todo, config.concurrency, measured),
+        measured=all(t.task.name in measured for t in todo),
     )
 
 
