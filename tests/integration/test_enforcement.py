@@ -38,10 +38,12 @@ def test_cpu_bound_work_is_throttled_under_a_one_cpu_ceiling(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
     burn = "timeout 1.5 sh -c 'while :; do :; done'"
-    task = make_task("burn", solve=f"{burn} & {burn} & wait; touch /app/done", cpus=1)
+    # Four busy loops want four CPUs: more than the ceiling even when the host is busy.
+    burners = " & ".join([burn] * 4)
+    task = make_task("burn", solve=f"{burners} & wait; touch /app/done", cpus=1)
     strict = run_one(task, tmp_path / "strict", "strict")
     assert strict.outcome is Outcome.PASSED
-    assert strict.evidence.cpu_throttled_periods > 0 and strict.evidence.cpu_throttled_s > 0.2
+    assert strict.evidence.cpu_throttled_periods > 0 and strict.evidence.cpu_throttled_s > 0
     uncapped = run_one(task, tmp_path / "uncapped", "uncapped")
     assert uncapped.evidence.cpu_throttled_periods == 0
     assert len(uncapped.telemetry.samples) >= 2  # the sampler ran beside the trial
