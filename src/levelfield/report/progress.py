@@ -12,7 +12,7 @@ from rich.table import Table
 
 from levelfield.executor import PlanInfo
 from levelfield.plan import Trial
-from levelfield.records import Outcome, TrialRecord
+from levelfield.records import Outcome, Reason, TrialRecord
 
 
 def plan_table(todo: Sequence[Trial]) -> Table:
@@ -68,8 +68,11 @@ class TrialProgress:
 
     def advance(self, record: TrialRecord) -> None:
         self.counts[record.outcome.value] += 1
-        if self._bar is not None:
-            self._progress.update(self._bar, advance=1, counts=self._text())
+        if self._bar is None:
+            return
+        if record.reason is Reason.NODE_LOST:  # its retry is one more record to wait for
+            self._progress.update(self._bar, total=self._progress.tasks[0].total + 1)
+        self._progress.update(self._bar, advance=1, counts=self._text())
 
     def _text(self) -> str:
         c = self.counts
