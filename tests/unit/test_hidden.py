@@ -82,3 +82,33 @@ def test_large_tables_are_subsampled_by_task_with_a_note() -> None:
     result = hidden_variables(_trials(60, 200, 0.05, seed=6), max_cells=200_000)
     assert result is not None and result.estimable
     assert "subsample" in result.note and result.n_rows < 60 * 200
+
+
+def test_a_covariate_off_its_usual_value_in_a_handful_of_trials_is_not_fitted() -> None:
+    """The last trial of a run is often alone in flight: three such trials that happen to fail
+    must not become a 'huge effect' of trials in flight."""
+    import numpy as np
+    import pandas as pd
+
+    from levelfield.analysis.hidden import hidden_variables
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for task in range(10):
+        for repeat in range(40):
+            rows.append(
+                {
+                    "task": f"t{task}",
+                    "agent": "a",
+                    "policy": "p",
+                    "repeat": repeat,
+                    "status": "passed" if rng.random() < 0.6 else "failed",
+                    "trials_in_flight": 2,
+                    "host_load1": float(rng.uniform(0, 2)),
+                }
+            )
+    for row in rows[:3]:
+        row.update(trials_in_flight=1, status="failed")
+    result = hidden_variables(pd.DataFrame(rows))
+    assert result is not None and result.estimable
+    assert [c.name for c in result.coefficients] == ["host_load1"]

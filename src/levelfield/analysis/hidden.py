@@ -36,6 +36,10 @@ COVARIATES = ("local_hour", "trials_in_flight", "host_load1")
 MIN_ROWS = 30  # below this a clustered logit SE is not worth printing
 MAX_CELLS = 1_000_000  # rows × design columns: 8 MB of float64, well under a second of IRLS
 ROWS_PER_TASK = 50  # enough trials per task for its fixed effect; more buys little
+# A covariate off its usual value in fewer trials than this (e.g. the last trial of a run, alone
+# in flight) would be fitted on a handful of points: quasi-separation, not a finding.
+MIN_VARIED_ROWS = 10
+MAX_ABS_LOG_ODDS = 10.0  # beyond this per unit, the fit has run off to infinity
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +74,7 @@ def hidden_variables(
     if not covariates:
         return None
     kept, dropped = _informative(frame)
-    covariates = [c for c in covariates if kept[c].nunique() > 1]
+    covariates = [c for c in covariates if _varies_enough(kept[c])]
     n_tasks = int(kept["task"].nunique())
     if len(kept) < MIN_ROWS or n_tasks < 2 or not covariates:
         note = f"too few informative trials ({len(kept)} on {n_tasks} tasks whose outcome varies)"
@@ -118,6 +122,12 @@ def _frame(trials: pd.DataFrame) -> pd.DataFrame:
             if not np.isnan(values).all():
                 frame[column] = values
     return frame.dropna()
+
+
+def _varies_enough(column: pd.Series) -> bool:
+    if column.nunique() < 2:
+        return False
+    return int((column != column.mode().iloc[0]).sum()) >= MIN_VARIED_ROWS
 
 
 def _informative(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -177,8 +187,8 @@ def _fit(frame: pd.DataFrame, covariates: list[str], level: float) -> tuple[Coef
     out = []
     for i, name in enumerate(covariates, start=1):
         coef, se = float(result.params[i]), float(result.bse[i])
-        if not (math.isfinite(coef) and math.isfinite(se)):
-            raise ValueError(f"{name}: non-finite estimate (quasi-separation)")
+        if not (math.isfinite(coef) and math.isfinite(se)) or abs(coef) > MAX_ABS_LOG_ODDS:
+            raise ValueError(f"{name}: log-odds {coef:.3g} per unit (quasi-separation)")
         out.append(
             Coefficient(
                 name,
