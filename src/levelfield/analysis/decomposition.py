@@ -17,6 +17,7 @@ out tasks that never ran cleanly. CIs: paired task-level cluster bootstrap on th
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -110,8 +111,10 @@ def decompose_policies(
     n_resamples: int = N_RESAMPLES,
     seed: int = 0,
 ) -> tuple[Decomposition, ...]:
-    """Each policy against the tightest one (`order[0]`) within every other identity combination.
-    `rates` is `_tidy.task_rates(...)`; `order` runs from the tightest ceiling to the loosest."""
+    """Each policy against its neighbour one step tighter, within every other identity combination:
+    strict → 3x shows what headroom does, 3x → uncapped what removing the ceiling adds, and the
+    steps sum to the whole change. `rates` is `_tidy.task_rates(...)`; `order` runs from the
+    tightest ceiling to the loosest."""
     within_cols = [c for c in _tidy.identity_columns(rates) if c != "policy"]
     out = []
     for key, group in rates.groupby(within_cols, sort=True):
@@ -121,9 +124,9 @@ def decompose_policies(
             p: group[group["policy"] == p].set_index("task")[["score", "infra_rate"]]
             for p in present
         }
-        for after in present[1:]:
+        for before, after in itertools.pairwise(present):
             both = pd.merge(
-                sides[present[0]],
+                sides[before],
                 sides[after],
                 how="inner",
                 left_index=True,
@@ -133,7 +136,7 @@ def decompose_policies(
             out.append(
                 decompose(
                     both.sort_index().to_numpy(),
-                    labels=(present[0], after),
+                    labels=(before, after),
                     within=within,
                     level=level,
                     n_resamples=n_resamples,
