@@ -149,6 +149,7 @@ def test_sandbox_exec_timeout_signal_copy_and_background_processes(
         assert daemon.exit_code == 0 and daemon.duration_s < 5  # no wait for the child's stdout
         alive = box.exec('kill -0 "$(cat /tmp/pid)" && pwd', timeout_s=10, log_path=log)
         assert alive.exit_code == 0 and alive.output_tail.strip().endswith("/app")
+        assert "started" not in alive.output_tail  # each exec's own output, not the shared log's
         (tmp_path / "tests").mkdir()
         (tmp_path / "tests" / "a.txt").write_text("fresh")
         box.exec("mkdir -p /tests && echo stale > /tests/old", timeout_s=10, log_path=log)

@@ -21,7 +21,6 @@ from typing import Any
 from levelfield.errors import HostUnsupported
 from levelfield.sandbox import _cgroup
 
-OUTPUT_TAIL_BYTES = 2000
 EXEC_POLL_S = 0.25  # how often a running exec is inspected: ~1 API call per poll
 EXEC_DRAIN_S = 0.5  # output still in flight after the exec's main process ended
 
@@ -139,19 +138,3 @@ def dirs_tar(names: tuple[str, ...]) -> bytes:
             info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
             tar.addfile(info)
     return buffer.getvalue()
-
-
-def signal_of(exit_code: int | None) -> int | None:
-    """Shell convention, as the process backend: 128 + N is a death by signal N."""
-    if exit_code is None:
-        return None
-    return exit_code - 128 if 128 < exit_code < 160 else None
-
-
-def tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, path.stat().st_size - OUTPUT_TAIL_BYTES))
-            return fh.read().decode(errors="replace")
-    except OSError:
-        return ""

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from levelfield.errors import SandboxStartError
+from levelfield.sandbox import _output
 from levelfield.tasks import Task
 
 IMAGE_REPOSITORY = "levelfield"  # tags read levelfield/<task>:<context hash>
@@ -164,12 +165,13 @@ def _build(client: Any, task: Task, tag: str, log_path: Path) -> None:
             _close_stream(stream)
             raise SandboxStartError(
                 f"build of {task.name} exceeded its build timeout of {task.build_timeout_s:g} s; "
-                f"log {log_path}:\n{_tail(log_path)}"
+                f"log {log_path}:\n{_output.tail(log_path, max_bytes=LOG_TAIL_BYTES)}"
             )
         log.write(f"# finished in {time.monotonic() - started:.1f} s\n")
     if "error" in outcome:
         raise SandboxStartError(
-            f"build of {task.name} failed: {outcome['error']}; log {log_path}:\n{_tail(log_path)}"
+            f"build of {task.name} failed: {outcome['error']}; log {log_path}:\n"
+            + _output.tail(log_path, max_bytes=LOG_TAIL_BYTES)
         )
 
 
@@ -198,12 +200,3 @@ def _close_stream(stream: Any) -> None:
     if response is not None:
         with contextlib.suppress(Exception):  # best effort: the trial fails with the timeout
             response.close()
-
-
-def _tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
-            return fh.read().decode(errors="replace")
-    except OSError:
-        return ""

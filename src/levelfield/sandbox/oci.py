@@ -38,6 +38,7 @@ from levelfield.sandbox import (
     _container,
     _images,
     _offline,
+    _output,
 )
 from levelfield.tasks import Task
 
@@ -384,6 +385,7 @@ class OciSandbox:
         self._require_alive()
         started = time.monotonic()
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        offset = _output.log_size(log_path)
         try:
             exec_id = self.api.exec_create(
                 self.container_id,
@@ -401,10 +403,10 @@ class OciSandbox:
         exit_code = None if timed_out else (int(code) if code is not None else None)
         return PhaseResult(
             exit_code=exit_code,
-            signal=_container.signal_of(exit_code),
+            signal=_output.signal_of(exit_code),
             timed_out=timed_out,
             duration_s=time.monotonic() - started,
-            output_tail=_container.tail(log_path),
+            output_tail=_output.tail(log_path, offset=offset),
         )
 
     def copy_in(self, src: Path, dest: PurePosixPath) -> None:

@@ -23,11 +23,18 @@ from typing import ClassVar
 from levelfield.errors import HostUnsupported, SandboxDied, SandboxStartError
 from levelfield.policy import Limits
 from levelfield.records import Evidence, PhaseResult
-from levelfield.sandbox import BackendOptions, Enforcement, Usage, _bwrap, _cgroup, _workspace
+from levelfield.sandbox import (
+    BackendOptions,
+    Enforcement,
+    Usage,
+    _bwrap,
+    _cgroup,
+    _output,
+    _workspace,
+)
 from levelfield.tasks import Task
 
 INIT_START_TIMEOUT_S = 10.0
-OUTPUT_TAIL_BYTES = 2000
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "HOME": "/root",
@@ -206,7 +213,7 @@ class ProcessSandbox:
         )
         started = time.monotonic()
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        offset = log_path.stat().st_size if log_path.exists() else 0
+        offset = _output.log_size(log_path)
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 argv,
@@ -223,7 +230,7 @@ class ProcessSandbox:
             signal=_signal_of(code) if not timed_out else None,
             timed_out=timed_out,
             duration_s=time.monotonic() - started,
-            output_tail=_tail(log_path, offset),
+            output_tail=_output.tail(log_path, offset=offset),
         )
 
     def copy_in(self, src: Path, dest: PurePosixPath) -> None:
@@ -358,16 +365,5 @@ def _exit_code(returncode: int) -> int:
 
 
 def _signal_of(returncode: int) -> int | None:
-    if returncode < 0:
-        return -returncode
-    return returncode - 128 if 128 < returncode < 160 else None
-
-
-def _tail(path: Path, offset: int = 0) -> str:
-    """The end of what this exec wrote (the log is shared by the phase's commands)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(offset, path.stat().st_size - OUTPUT_TAIL_BYTES))
-            return fh.read().decode(errors="replace")
-    except OSError:
-        return ""
+    """Popen reports a death by signal N as -N; a shell inside may have reported 128 + N."""
+    return -returncode if returncode < 0 else _output.signal_of(returncode)
