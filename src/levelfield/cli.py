@@ -53,7 +53,8 @@ def run(
     agent: Annotated[
         list[str] | None,
         typer.Option(
-            help="oracle, nop, replay:NAME (the task's trajectories/NAME.json) or replay:FILE."
+            help="oracle, nop, replay:NAME (the task's trajectories/NAME.json), replay:FILE, or "
+            "population (a trajectory drawn per trial from trajectories/population.toml)."
         ),
     ] = None,
     policy: Annotated[

@@ -21,7 +21,7 @@ class RunConfig(BaseModel):
     out: Path = Field(description="Run directory; the same command resumes it.")
     agents: list[str] = Field(
         default_factory=lambda: ["oracle"],
-        description="oracle, nop, replay:NAME or replay:/path/{task}.json.",
+        description="oracle, nop, replay:NAME, replay:/path/{task}.json or population[:NAME].",
     )
     policies: list[str] = Field(
         default_factory=lambda: ["strict"],

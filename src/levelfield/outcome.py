@@ -59,6 +59,7 @@ class PhaseLog:
     evidence: Evidence | None = None
     error: BaseException | None = None
     api_calls: tuple[ApiCall, ...] = ()
+    trajectory: str | None = None  # what a population agent drew; never read by classify()
 
 
 def reason_for_error(exc: BaseException) -> Reason:

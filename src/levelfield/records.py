@@ -136,6 +136,11 @@ class TrialRecord(_Frozen):
     evidence: Evidence
     telemetry: Telemetry
     api_calls: tuple[ApiCall, ...] = ()
+    trajectory: str | None = Field(
+        None,
+        description="The recorded trajectory an agent drew for this trial (population); "
+        "the same for every policy at the same task, repeat and window.",
+    )
     started_at: str
     finished_at: str
     duration_s: float

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from levelfield.agents import Agent, AgentOptions, make_agent
+from levelfield.agents import Agent, AgentOptions, AgentRun, make_agent
 from levelfield.outcome import PhaseLog, classify, outcome_of
 from levelfield.plan import Trial
 from levelfield.policy import Limits
@@ -59,7 +59,7 @@ def run_trial(trial: Trial, backend: Backend, ctx: TrialContext) -> TrialRecord:
     log, phase_s = PhaseLog(), {}
     sampler: Sampler | None = None
     try:
-        agent = make_agent(trial.agent, ctx.agent_options)
+        agent = make_agent(trial.agent, ctx.agent_options, repeat=trial.repeat, window=trial.window)
         task = replace(trial.task, allow_internet=True) if agent.needs_network else trial.task
         box = backend.start(task, limits, trial_id=trial.key, trial_dir=trial_dir)
         phase_s["start"] = time.monotonic() - t0
@@ -121,6 +121,7 @@ def _record(
         finished_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         duration_s=round(time.monotonic() - t0, 3),
         api_calls=log.api_calls,
+        trajectory=log.trajectory,
     )
 
 
@@ -176,24 +177,26 @@ def _phases(
 ) -> None:
     t = time.monotonic()
     run = agent.run(box, trial.task, timeout_s=trial.task.agent_timeout_s, trial_dir=trial_dir)
-    log.agent, log.api_calls = run.phase, run.api_calls
+    log.agent, log.api_calls, log.trajectory = run.phase, run.api_calls, run.drawn
     phase_s["agent"] = time.monotonic() - t
-    _write_trajectory(trial, run.steps, trial_dir)
+    _write_trajectory(trial, run, trial_dir)
     t = time.monotonic()
     verdict = run_verifier(trial.task, box, trial_dir=trial_dir)
     log.verifier, log.reward = verdict.phase, verdict.reward
     phase_s["verifier"] = time.monotonic() - t
 
 
-def _write_trajectory(trial: Trial, steps: tuple[dict[str, object], ...], trial_dir: Path) -> None:
+def _write_trajectory(trial: Trial, run: AgentRun, trial_dir: Path) -> None:
     """In the replay agent's input format, so this trial can be replayed under other policies."""
-    doc = {
+    doc: dict[str, object] = {
         "schema_version": 1,
         "task": trial.task.name,
         "agent": trial.agent,
         "policy": trial.policy.name,
-        "steps": list(steps),
     }
+    if run.drawn is not None:
+        doc["drawn"] = run.drawn
+    doc["steps"] = list(run.steps)
     (trial_dir / "trajectory.json").write_text(json.dumps(doc, indent=2))
 
 

@@ -3,8 +3,9 @@ not depend on chance or on host load.
 
 Spike tasks draw their peak per run and CPU tasks race a timeout, so neither is asserted here;
 what is asserted is what the kernel must decide the same way every time: a control task passes
-at 1x, a hungry strategy peaking at ~4.8x its spec is OOM-killed at 3x and passes uncapped, and a
-task staging 56 MiB on a 32 MiB disk fills it at 1x and fits at 3x.
+at 1x, a hungry strategy peaking at ~4.8x its spec is OOM-killed at 3x and passes uncapped, a
+hungry-but-wrong path (~2x) is OOM-killed at 1x and fails its tests at 3x (the trials that "would
+have failed anyway"), and a task staging 56 MiB on a 32 MiB disk fills it at 1x and fits at 3x.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from levelfield.agents.population import load_population
 from levelfield.agents.replay import load_trajectory
 from levelfield.config import RunConfig
 from levelfield.executor import run
@@ -35,7 +37,7 @@ def _records(out: Path, **options: object) -> dict[tuple[str, str, str], TrialRe
         return {(r.task, r.agent, r.policy): r for r in store.records()}
 
 
-def test_every_task_loads_with_a_category_and_three_trajectories() -> None:
+def test_every_task_loads_with_a_category_trajectories_and_a_population() -> None:
     dataset = load_dataset(SUITE)
     assert not dataset.problems
     assert len(dataset.tasks) >= 12
@@ -47,6 +49,10 @@ def test_every_task_loads_with_a_category_and_three_trajectories() -> None:
             assert load_trajectory(task.path / "trajectories" / f"{name}.json").steps, task.name
         toml = tomllib.loads((task.path / "task.toml").read_text())
         assert {"cpus", "memory_mb", "storage_mb"} <= set(toml["environment"]), task.name
+        population = load_population(task.path / "trajectories" / "population.toml")
+        assert population.description, task.name
+        for name in population.probabilities:
+            assert load_trajectory(task.path / "trajectories" / f"{name}.json").steps, task.name
 
 
 @pytest.mark.sandbox
@@ -83,3 +89,22 @@ def test_the_disk_task_fills_its_disk_at_1x_and_fits_at_3x(tmp_path: Path) -> No
     assert full.evidence.storage_full
     roomy = records[("bundle-assets", "oracle", HEADROOM)]
     assert (roomy.outcome, roomy.reason) == (Outcome.PASSED, Reason.TESTS_PASSED)
+
+
+@pytest.mark.sandbox
+def test_a_hungry_but_wrong_path_is_killed_at_1x_and_fails_on_its_own_at_3x(
+    tmp_path: Path,
+) -> None:
+    records = _records(
+        tmp_path / "run",
+        task_names=["json-merge"],
+        agents=["replay:hungry-wrong"],
+        policies=["strict", "3x"],
+    )
+    killed = records[("json-merge", "replay:hungry-wrong", "strict")]
+    assert (killed.outcome, killed.reason) == (Outcome.INFRA_ERROR, Reason.OOM_KILLED)
+    survived = records[("json-merge", "replay:hungry-wrong", HEADROOM)]
+    assert (survived.outcome, survived.reason) == (Outcome.FAILED, Reason.TESTS_FAILED)
+    assert survived.evidence.oom_kills == 0
+    peak, spec = survived.evidence.memory_peak_bytes, survived.limits["memory_spec_bytes"]
+    assert peak is not None and 1.5 * spec < peak < 2.5 * spec

@@ -56,6 +56,14 @@ def test_tost_verdicts() -> None:
     assert math.isnan(tost(0.0, math.nan, 0.02)[0])
 
 
+def test_tost_with_every_task_differing_alike_is_decided_by_the_point() -> None:
+    # se = 0: each task's difference was the same (common draws, no outcome changed), so the
+    # 90 % CI is the point itself; a bootstrap over tasks would return it in every resample.
+    assert tost(0.0, 0.0, 0.02) == (0.0, "equivalent")
+    assert tost(0.05, 0.0, 0.02) == (1.0, "different")
+    assert tost(0.0, -1.0, 0.02)[1] == "inconclusive"
+
+
 def test_tost_sample_size_closed_form() -> None:
     # (z_.95 + z_.9)^2 * 0.01 / 0.02^2 = (1.644854 + 1.281552)^2 * 25 = 214.1...
     expected = (stats.norm.ppf(0.95) + stats.norm.ppf(0.9)) ** 2 * 0.01 / 0.0004

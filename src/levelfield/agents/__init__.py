@@ -1,7 +1,8 @@
 """Agents: what acts in the sandbox during the agent phase.
 
 `oracle` runs the task's reference solution, `nop` does nothing (a task that passes with it is
-broken), `replay` runs a recorded trajectory of commands with their timing, `command` installs and
+broken), `replay` runs a recorded trajectory of commands with their timing, `population` replays
+one of a task's trajectories drawn per trial with stated probabilities, `command` installs and
 runs any CLI agent inside the sandbox (presets `claude-code`, `codex`), and `terminal` is a compact
 built-in loop that asks a model for commands. An agent is named by a string, as the store and the
 reports show it: "oracle", "replay:lean", "terminal:gpt-4.1", "claude-code:claude-sonnet-4-5".
@@ -29,6 +30,7 @@ class AgentRun:
     phase: PhaseResult
     steps: tuple[dict[str, object], ...] = ()
     api_calls: tuple[ApiCall, ...] = field(default_factory=tuple)
+    drawn: str | None = None  # the trajectory a population drew for this trial
 
 
 class Agent(Protocol):
@@ -79,7 +81,10 @@ def agent_name(kind: str, options: AgentOptions) -> str:
     return kind
 
 
-def make_agent(spec: str, options: AgentOptions | None = None) -> Agent:
+def make_agent(
+    spec: str, options: AgentOptions | None = None, *, repeat: int = 1, window: str = "default"
+) -> Agent:
+    """`repeat` and `window` place the trial in the design: only a population's draw reads them."""
     options = options or AgentOptions()
     kind, _, arg = spec.partition(":")
     if kind == "oracle":
@@ -96,6 +101,10 @@ def make_agent(spec: str, options: AgentOptions | None = None) -> Agent:
         if not arg:
             raise RunConfigError("replay needs a trajectory: replay:NAME or replay:/path/file.json")
         return ReplayAgent(spec, arg)
+    if kind == "population":
+        from levelfield.agents.population import DEFAULT_POPULATION, DrawPoint, PopulationAgent
+
+        return PopulationAgent(spec, arg or DEFAULT_POPULATION, DrawPoint(repeat, window))
     if kind in ("command", "claude-code", "codex"):
         from levelfield.agents.command import command_agent
 
@@ -105,6 +114,6 @@ def make_agent(spec: str, options: AgentOptions | None = None) -> Agent:
 
         return TerminalAgent(spec, options.model_copy(update={"model": options.model or arg}))
     raise RunConfigError(
-        f"unknown agent {spec!r}: use oracle, nop, replay:TRAJECTORY, command, claude-code, "
-        "codex or terminal"
+        f"unknown agent {spec!r}: use oracle, nop, replay:TRAJECTORY, population, command, "
+        "claude-code, codex or terminal"
     )

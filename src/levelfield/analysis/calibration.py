@@ -61,9 +61,16 @@ class Calibration:
 
 def tost(diff: float, se: float, margin: float, alpha: float = ALPHA) -> tuple[float, str]:
     """(p-value, verdict) of two one-sided z-tests against ±margin. p = max of the two one-sided
-    p-values; "different" when the (1 − 2α) CI excludes the whole ±margin band on one side."""
-    if math.isnan(diff) or math.isnan(se) or se <= 0:
+    p-values; "different" when the (1 − 2α) CI excludes the whole ±margin band on one side.
+
+    se = 0 means every task's difference was the same (e.g. 0 for every task when both policies
+    met the same drawn behaviour and no trial changed outcome): no resampling of tasks can move
+    the mean, the interval is the point, and the verdict is where that point lies."""
+    if math.isnan(diff) or math.isnan(se) or se < 0:
         return math.nan, "inconclusive"
+    if se == 0:
+        inside = -margin < diff < margin
+        return (0.0, "equivalent") if inside else (1.0, "different")
     p_lower = float(stats.norm.sf((diff + margin) / se))
     p_upper = float(stats.norm.cdf((diff - margin) / se))
     z = float(stats.norm.ppf(1 - alpha))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -51,6 +51,8 @@ class Decomposition:
     capability_unlock: float
     capability_unlock_ci: tuple[float, float]
     n_tasks: int
+    strategy_kills: int = 0
+    strategy_tasks: tuple[str, ...] = ()
 
 
 def split(
@@ -107,6 +109,7 @@ def decompose_policies(
     rates: pd.DataFrame,
     order: list[str],
     *,
+    strategy: pd.DataFrame | None = None,
     level: float = 0.95,
     n_resamples: int = N_RESAMPLES,
     seed: int = 0,
@@ -114,33 +117,61 @@ def decompose_policies(
     """Each policy against its neighbour one step tighter, within every other identity combination:
     strict → 3x shows what headroom does, 3x → uncapped what removing the ceiling adds, and the
     steps sum to the whole change. `rates` is `_tidy.task_rates(...)`; `order` runs from the
-    tightest ceiling to the loosest."""
+    tightest ceiling to the loosest; `strategy` is `strategy.strategy_kills(...)`."""
     within_cols = [c for c in _tidy.identity_columns(rates) if c != "policy"]
     out = []
     for key, group in rates.groupby(within_cols, sort=True):
         within = tuple(zip(within_cols, key if isinstance(key, tuple) else (key,), strict=True))
         present = [p for p in order if p in set(group["policy"])]
-        sides = {
-            p: group[group["policy"] == p].set_index("task")[["score", "infra_rate"]]
-            for p in present
-        }
+        sides = {p: group[group["policy"] == p].set_index("task") for p in present}
         for before, after in itertools.pairwise(present):
+            kills = _strategy_of(strategy, within, before, after)
+            first = _reread(sides[before], kills)
             both = pd.merge(
-                sides[before],
-                sides[after],
+                first[["score", "infra_rate"]],
+                sides[after][["score", "infra_rate"]],
                 how="inner",
                 left_index=True,
                 right_index=True,
                 suffixes=("_1", "_2"),
             )
+            found = decompose(
+                both.sort_index().to_numpy(),
+                labels=(before, after),
+                within=within,
+                level=level,
+                n_resamples=n_resamples,
+                seed=seed,
+            )
+            counted = kills[kills.index.isin(both.index)]
             out.append(
-                decompose(
-                    both.sort_index().to_numpy(),
-                    labels=(before, after),
-                    within=within,
-                    level=level,
-                    n_resamples=n_resamples,
-                    seed=seed,
+                replace(
+                    found,
+                    strategy_kills=int(counted.sum()),
+                    strategy_tasks=tuple(sorted(str(t) for t in counted.index)),
                 )
             )
     return tuple(out)
+
+
+def _strategy_of(
+    strategy: pd.DataFrame | None, within: tuple[tuple[str, str], ...], before: str, after: str
+) -> pd.Series:
+    """Trials per task at `before` whose kill is read as the agent's path for this step."""
+    if strategy is None or strategy.empty:
+        return pd.Series(dtype=int)
+    mask = (strategy["before"] == before) & (strategy["after"] == after)
+    for column, value in within:
+        if column in strategy.columns:
+            mask &= strategy[column].astype(str) == value
+    rows = strategy[mask]
+    return rows.groupby("task")["n_strategy"].sum().astype(int)
+
+
+def _reread(side: pd.DataFrame, kills: pd.Series) -> pd.DataFrame:
+    """`side` with those kills counted as failures: the score is unchanged (neither passes), the
+    infra error rate falls by their share of the task's trials."""
+    if kills.empty:
+        return side
+    n_kills = kills.reindex(side.index).fillna(0).to_numpy(float)
+    return side.assign(infra_rate=side["infra_rate"] - n_kills / side["n_trials"].to_numpy(float))

@@ -32,6 +32,7 @@ from levelfield.analysis.estimators import (
 from levelfield.analysis.hidden import HiddenVariables, hidden_variables
 from levelfield.analysis.paired import Comparison, compare_rates
 from levelfield.analysis.sensitivity import TaskSensitivity, task_sensitivity
+from levelfield.analysis.strategy import strategy_kills
 
 _QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95, 1.0)
 
@@ -130,7 +131,12 @@ def summarize(
         configs=configs,
         comparisons=comparisons,
         decompositions=decompose_policies(
-            rates, order, level=level, n_resamples=n_resamples, seed=seed
+            rates,
+            order,
+            strategy=strategy_kills(trials, order),
+            level=level,
+            n_resamples=n_resamples,
+            seed=seed,
         ),
         sensitivity=task_sensitivity(trials, order),
         calibration=calibrate_rates(rates, ceilings, margin=margin, alpha=1 - level),

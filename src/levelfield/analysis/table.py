@@ -87,6 +87,7 @@ COLUMNS = (
     "api_latency_s",
     "api_retries",
     "api_rate_limited",
+    "trajectory",
 )
 
 
@@ -136,4 +137,5 @@ def _row(r: TrialRecord) -> dict[str, Any]:
         "api_latency_s": sum(latencies) / len(latencies) if latencies else None,
         "api_retries": sum(1 for c in calls if c.attempt > 1),
         "api_rate_limited": sum(1 for c in calls if c.outcome == "rate_limited"),
+        "trajectory": r.trajectory,
     }

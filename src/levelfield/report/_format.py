@@ -12,6 +12,7 @@ from typing import Any
 
 from levelfield.analysis._tidy import DEFAULT_WINDOW
 from levelfield.analysis.calibration import Calibration
+from levelfield.analysis.decomposition import Decomposition
 from levelfield.analysis.paired import PairedComparison
 from levelfield.analysis.summary import ConfigSummary, Metric
 
@@ -131,3 +132,15 @@ def advice(calibration: Calibration) -> str:
             "score, so state it with every score"
         )
     return f"inconclusive: keep {calibration.reference} until more tasks or repeats decide"
+
+
+def strategy_note(d: Decomposition) -> str:
+    """Why some kills count as capability here: the cross-policy evidence, in one clause."""
+    if not d.strategy_kills:
+        return ""
+    names = ", ".join(d.strategy_tasks[:4]) + (", …" if len(d.strategy_tasks) > 4 else "")
+    return (
+        f"capability unlock includes {d.strategy_kills} OOM kill(s) at {d.before} read as the "
+        f"agent's heavier path ({names}): killed at {d.before} and every tighter ceiling, and "
+        f"still above {d.before}'s ceiling under {d.after}"
+    )

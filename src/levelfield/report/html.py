@@ -159,9 +159,16 @@ def _decomposition(summary: RunSummary) -> str:
     header = ("policies", "where", "tasks", "Δ score", "noise removal", "capability unlock")
     caption = (
         "<p class='note'>score = (1 − e)·c; symmetric split, exact: noise removal = −Δe·c̄, "
-        "capability unlock = Δc·(1 − ē). Paired task bootstrap CIs.</p>"
+        "capability unlock = Δc·(1 − ē). Paired task bootstrap CIs. An OOM kill counts as the "
+        "agent's failure in a step when its path was killed at that ceiling and every tighter "
+        "one and still needs more once lifted.</p>"
     )
-    return _table(header, rows) + caption
+    notes = "".join(
+        f"<p class='note'>{_e(f.strategy_note(d))}</p>"
+        for d in summary.decompositions
+        if d.strategy_kills
+    )
+    return _table(header, rows) + caption + notes
 
 
 def _calibration(summary: RunSummary) -> str:

@@ -33,6 +33,8 @@ def show_summary(summary: RunSummary, console: Console | None = None) -> None:
             f"{f.pts(d.noise_removal, True)} {f.interval(d.noise_removal_ci, True)} + capability "
             f"unlock {f.pts(d.capability_unlock, True)} {f.interval(d.capability_unlock_ci, True)}"
         )
+        if d.strategy_kills:
+            console.print(f"  [dim]{f.strategy_note(d)}[/dim]")
     for calibration in summary.calibration:
         console.print(calibration_table(calibration))
     if summary.sensitivity:
