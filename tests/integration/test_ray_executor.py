@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import sys
 import threading
 import time
@@ -24,7 +25,10 @@ from typing import Any
 
 import pytest
 
+from levelfield.agents import AgentOptions
 from levelfield.errors import RunConfigError
+from levelfield.executor import _ray_attempts
+from levelfield.executor._ray_node import NodeRun, Refused, run_on_node
 from levelfield.executor.local import Admission, LocalExecutor
 from levelfield.executor.ray import IN_FLIGHT_ROOT, RayExecutor
 from levelfield.plan import Trial, plan_trials
@@ -84,10 +88,16 @@ def _plan(dataset: Path, policies: Sequence[str] = ("strict",), repeats: int = 1
 def _execute(
     executor: RayExecutor | LocalExecutor, trials: list[Trial], run_dir: Path
 ) -> list[TrialRecord]:
+    """Every Ray run of this module ends with a check that nothing of it is left on the host
+    (the local executor leaves its run's reap to `run()`, which these tests bypass)."""
     with Store.open_for_writing(run_dir) as store:
         executor.execute(trials, store)
     with reading(run_dir) as store:
-        return list(store.records())
+        records = list(store.records())
+    if isinstance(executor, RayExecutor):
+        left = leftovers(executor.ctx.run_id, run_dir)
+        assert left == [], f"left behind by {executor.ctx.run_id}: {left}"
+    return records
 
 
 def _ray_executor(run_dir: Path, **options: Any) -> RayExecutor:
@@ -234,7 +244,38 @@ def test_a_node_removed_mid_trial_gives_node_lost_then_a_retry_elsewhere(
         assert (second.attempt, second.reason) == (2, Reason.TESTS_PASSED)
         assert nodes.name_of(second) != "doomed"
     assert _in_flight_maxima(records, nodes).get("doomed", 0) <= 1
-    assert leftovers(executor.ctx.run_id, tmp_path / "run") == []
+    for r in lost:  # the driver says whether the lost attempt had begun on its node
+        assert any("attempt" in note for note in r.evidence.notes), r.evidence.notes
+    with reading(tmp_path / "run") as store:
+        print("reaped:", store.meta().get("reaped", []))
+
+
+def test_an_attempt_the_driver_gave_up_is_refused_before_anything_is_created(
+    nodes: Nodes, make_task: MakeTask, tmp_path: Path
+) -> None:
+    """The late start the driver cannot see: its worker meets a revoked token and creates no
+    trial directory, cgroup or disk; an attempt whose token is intact runs."""
+    import ray
+
+    root = make_task("late", cpus=0.5)
+    (trial,) = _plan(root.parent)
+    run_dir, run_id = tmp_path / "run", f"ray-late-{os.getpid()}"
+    where = NodeRun("process", run_id, run_dir.resolve(), False, 1, AgentOptions())
+    prefix = _ray_attempts.execution_prefix(run_id)
+    given_up, wanted = (_ray_attempts.attempt_token(prefix, trial.key, n) for n in (1, 2))
+    assert _ray_attempts.revoke(given_up) is False  # no worker had claimed it
+    remote = ray.remote(run_on_node).options(num_cpus=0.5, max_retries=0)
+
+    refused = ray.get(remote.remote(trial, 1, where, given_up))
+    assert isinstance(refused, Refused) and "given this attempt up" in refused.why
+    assert not (run_dir / "trials").exists()
+    assert leftovers(run_id, run_dir) == []
+
+    ran = ray.get(remote.remote(trial, 2, where, wanted))
+    assert ran.record.outcome is Outcome.PASSED
+    assert _ray_attempts.revoke(wanted) is True  # the worker had claimed it
+    get_backend("process", BackendOptions(run_id, run_dir)).reap(run_id)  # the run's own cgroup
+    assert leftovers(run_id, run_dir) == []
 
 
 def test_a_stored_node_lost_attempt_is_retried_as_attempt_2_on_resume(

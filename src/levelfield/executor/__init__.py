@@ -19,6 +19,7 @@ from typing import Any
 from levelfield.agents import make_agent
 from levelfield.config import RunConfig
 from levelfield.errors import HostUnsupported, InputError, LevelfieldError
+from levelfield.executor._reaping import note_reaped
 from levelfield.executor.local import Admission, LocalExecutor, OnTrial
 from levelfield.executor.ray import RayExecutor, RetryPolicy, import_ray
 from levelfield.plan import Trial, concurrency_blocks, estimate_duration_s, plan_trials
@@ -90,12 +91,12 @@ def run(
             on_plan(_plan_info(todo, len(trials) - len(todo), config, store))
         ctx = TrialContext(run_id, run_dir, backend.name, agent_options=config.agent_options)
         if on_this_host:
-            backend.reap(run_id)
+            note_reaped(store, host=platform.node(), count=backend.reap(run_id), when="start")
         try:
             executed = _execute_blocks(todo, backend, ctx, store, config, on_trial)
         finally:
             if on_this_host:
-                backend.reap(run_id)
+                note_reaped(store, host=platform.node(), count=backend.reap(run_id), when="end")
             store.set_meta({"finished_at": _now()})
     return RunResult(
         run_dir, run_id, len(trials), len(trials) - len(todo), executed, dataset.problems, todo

@@ -9,7 +9,10 @@ by one, as with the local executor.
 A node that dies mid-trial is not the agent's failure, and Ray's own retries would hide it, so
 tasks run with `max_retries=0`: the lost attempt is stored as `infra_error/node_lost` and the
 trial runs again as attempt 2 (`RetryPolicy`) wherever its floor fits; Ray never places work on a
-node it knows is dead. Both attempts stay in the store.
+node it knows is dead. Both attempts stay in the store. A worker claims its attempt's token
+before it creates anything and the driver revokes it before the retry (`_ray_attempts`), so an
+attempt given up on never starts late on a dying node; what one that had started leaves there is
+reaped by the run's next reap on that host, and the run's meta lists it under `reaped`.
 
 Where files live. Workers write trial directories under the run directory, which must then be
 the same path on every node: true on one machine, or on a shared filesystem (NFS, a Kubernetes
@@ -33,20 +36,16 @@ import contextlib
 import io
 import logging
 import re
-import shutil
-import socket
 import tarfile
-import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from levelfield.agents import AgentOptions
 from levelfield.errors import (
     AdmissionError,
     HostPressure,
@@ -55,13 +54,27 @@ from levelfield.errors import (
     RunConfigError,
     SandboxStartError,
 )
+from levelfield.executor import _ray_attempts
+from levelfield.executor._ray_node import (
+    IN_FLIGHT_ROOT,
+    HostPrep,
+    NodeResult,
+    NodeRun,
+    Refused,
+    attempt_dir,
+    node_name,
+    prepare_host,
+    run_on_node,
+)
+from levelfield.executor._reaping import note_reaped
 from levelfield.executor.local import OnTrial
 from levelfield.plan import Trial
 from levelfield.policy import Limits
 from levelfield.records import Reason, TrialRecord
-from levelfield.runner import TrialContext, record_without_sandbox, run_trial
-from levelfield.sandbox import Backend, BackendOptions, get_backend
+from levelfield.runner import TrialContext, record_without_sandbox
 from levelfield.store import Store
+
+__all__ = ["IN_FLIGHT_ROOT", "RayExecutor", "RetryPolicy", "import_ray"]
 
 # Ray's names for "the process running this task is gone", looked up by name so that this module
 # imports without ray. OutOfMemoryError (Ray's memory monitor killed the worker) is host pressure.
@@ -72,11 +85,8 @@ LOST_NODE_ERRORS = (
     "LocalRayletDiedError",
     "ObjectLostError",
 )
-NODE_ID_CHARS = 12  # Ray node ids are 56 hex digits; 12 keep reports readable and stay unique
-MAX_SHIPPED_BYTES = 64 << 20  # a trial directory larger than this stays on its node
 WAIT_S = 0.5  # how long one ray.wait blocks: bounds how late Ctrl-C is noticed
 CANCEL_GRACE_S = 10.0  # cancelled trials close their sandboxes within this, then nodes are reaped
-IN_FLIGHT_ROOT = Path(tempfile.gettempdir()) / "levelfield-in-flight"  # node-local by design
 _NODE_ID_IN_MESSAGE = re.compile(r"node ID: ([0-9a-f]{16,})")
 
 
@@ -103,157 +113,11 @@ class RetryPolicy:
         return 1 + self.node_lost_retries
 
 
-@dataclass(frozen=True, slots=True)
-class NodeRun:
-    """What a worker needs to build its own backend and trial directories."""
-
-    backend_name: str
-    run_id: str
-    trial_root: Path  # the run directory (shared), or scratch_dir/<run_id> (node-local)
-    ship_logs: bool
-    concurrency: int
-    agent_options: AgentOptions  # names where API keys are read: env or file on each node
-
-
-@dataclass(frozen=True, slots=True)
-class NodeResult:
-    record: TrialRecord
-    logs_tar: bytes | None = None  # the packed trial directory when it lives in node scratch
-
-
-def node_name(hostname: str, node_id: str) -> str:
-    """What `telemetry.host.node` holds: the machine, and which Ray node on it."""
-    return f"{hostname}/{node_id[:NODE_ID_CHARS]}"
-
-
-def attempt_dir(trial_root: Path, key: str, attempt: int) -> Path:
-    """Attempt 1 sits where the local executor puts a trial; a retry beside it, never inside the
-    lost attempt's directory, which may still hold that attempt's mounted disk."""
-    name = key if attempt == 1 else f"{key}.attempt-{attempt}"
-    return (trial_root / "trials" / name).resolve()
-
-
-# ---- on the worker ------------------------------------------------------------------------------
-
-
-@dataclass
-class _AttemptContext(TrialContext):
-    attempt: int = 1
-
-    def trial_dir(self, trial: Trial) -> Path:
-        return attempt_dir(self.run_dir, trial.key, self.attempt)
-
-
-class _AttemptBackend:
-    """Gives a retry its own sandbox name: with several Ray nodes on one machine, the lost
-    attempt's cgroup may still exist on this host and must not absorb the retry's processes."""
-
-    def __init__(self, inner: Backend, attempt: int) -> None:
-        self.inner, self.attempt = inner, attempt
-        self.name = inner.name
-
-    def enforcement(self) -> Any:
-        return self.inner.enforcement()
-
-    def check(self) -> list[str]:
-        return self.inner.check()
-
-    def start(self, task: Any, limits: Limits, *, trial_id: str, trial_dir: Path) -> Any:
-        named = f"{trial_id}-a{self.attempt}"
-        return self.inner.start(task, limits, trial_id=named, trial_dir=trial_dir)
-
-    def reap(self, run_id: str) -> int:
-        return self.inner.reap(run_id)
-
-
-def run_on_node(trial: Trial, attempt: int, where: NodeRun) -> NodeResult:
-    """The body of one Ray task: one attempt of one trial, under the ceiling, on this node."""
-    import ray
-
-    node_id = ray.get_runtime_context().get_node_id()
-    ctx = _AttemptContext(
-        where.run_id,
-        where.trial_root,
-        where.backend_name,
-        node=node_name(socket.gethostname(), node_id),
-        concurrency=where.concurrency,
-        agent_options=where.agent_options,
-        attempt=attempt,
-    )
-    backend: Backend = get_backend(
-        where.backend_name, BackendOptions(where.run_id, where.trial_root)
-    )
-    if attempt > 1:
-        backend = _AttemptBackend(backend, attempt)  # type: ignore[assignment]
-    with _in_flight_marker(where.run_id, node_id, f"{trial.key}-a{attempt}") as count:
-        ctx.in_flight = count
-        if trial.task.path.is_dir():
-            record = run_trial(trial, backend, ctx)
-        else:
-            missing = SandboxStartError(
-                f"task directory {trial.task.path} is not on node "
-                f"{ctx.node}: every node needs the dataset at that path"
-            )
-            record = record_without_sandbox(trial, ctx, missing)
-    record = record.model_copy(update={"attempt": attempt})
-    trial_dir = ctx.trial_dir(trial)
-    if trial_dir.is_dir():
-        (trial_dir / "record.json").write_text(record.model_dump_json(indent=2))
-    return NodeResult(record, _pack(trial_dir) if where.ship_logs else None)
-
-
-def prepare_host(where: NodeRun, *, check: bool) -> tuple[str, list[str]]:
-    """Check that this host can enforce limits, and reap what a lost attempt or a killed run
-    left on it (cgroups, mounts, in-flight markers). Runs once per host, with no trial in flight."""
-    host = socket.gethostname()
-    backend = get_backend(where.backend_name, BackendOptions(where.run_id, where.trial_root))
-    problems = backend.check() if check else []
-    if not problems:
-        with contextlib.suppress(Exception):  # reaping is best effort; the next run retries it
-            backend.reap(where.run_id)
-    _remove_tree(IN_FLIGHT_ROOT / where.run_id)
-    return host, problems
-
-
-@contextlib.contextmanager
-def _in_flight_marker(run_id: str, node_id: str, name: str) -> Iterator[Callable[[], int]]:
-    """Trials in flight on this Ray node, for the telemetry: one marker file per running trial,
-    because each trial runs in its own worker process and they share nothing else."""
-    directory = IN_FLIGHT_ROOT / run_id / node_id
-    directory.mkdir(parents=True, exist_ok=True)
-    marker = directory / name
-    marker.touch()
-    try:
-        yield lambda: sum(1 for _ in directory.iterdir()) if directory.is_dir() else 1
-    finally:
-        marker.unlink(missing_ok=True)
-
-
-def _pack(trial_dir: Path) -> bytes | None:
-    """The trial directory as a gzipped tar, removed from the node once packed; None when too big
-    (it then stays on the node, and the driver notes where)."""
-    if not trial_dir.is_dir():
-        return None
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        tar.add(trial_dir, arcname=".")
-    if buffer.tell() > MAX_SHIPPED_BYTES:
-        return None
-    _remove_tree(trial_dir)
-    return buffer.getvalue()
-
-
-def _remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-
-
-# ---- on the driver ------------------------------------------------------------------------------
-
-
 @dataclass
 class _Attempt:
     trial: Trial
     number: int
+    token: str = ""  # set at submission: the worker claims it, the driver revokes it
     submitted_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     submitted_s: float = field(default_factory=time.monotonic)
 
@@ -277,6 +141,7 @@ class RayExecutor:
         self._run_on_node = self._ray.remote(run_on_node)
         self._prepare_host = self._ray.remote(prepare_host)
         self._pending: dict[Any, _Attempt] = {}
+        self._tokens = ""  # this execution's token prefix
 
     def execute(
         self, trials: Sequence[Trial], store: Store, on_trial: OnTrial | None = None
@@ -286,7 +151,8 @@ class RayExecutor:
         if self.max_in_flight is None:
             self.ctx.concurrency = max(1, int(_cluster_cpus(self._ray)))
         where = self._node_run()
-        self._prepare_hosts(where, check=True)
+        self._tokens = _ray_attempts.execution_prefix(self.ctx.run_id)
+        self._prepare_hosts(where, store, check=True)
         self.ctx.in_flight = lambda: len(self._pending)
         try:
             return self._drive(trials, store, on_trial, where)
@@ -295,7 +161,7 @@ class RayExecutor:
             raise
         finally:
             with contextlib.suppress(Exception):  # best effort: the next run reaps again
-                self._prepare_hosts(where, check=False)
+                self._prepare_hosts(where, store, check=False)
 
     def _connect(self) -> None:
         ray = self._ray
@@ -362,32 +228,56 @@ class RayExecutor:
             name=f"levelfield:{attempt.trial.task.name}:{attempt.trial.key}",
         )
         attempt.mark_submitted()
-        return remote.remote(attempt.trial, attempt.number, where)
+        attempt.token = _ray_attempts.attempt_token(self._tokens, attempt.trial.key, attempt.number)
+        return remote.remote(attempt.trial, attempt.number, where, attempt.token)
 
     def _settle(self, ref: Any, attempt: _Attempt) -> tuple[NodeResult, bool]:
         """The attempt's result, or a driver-built record of how Ray lost it; True when lost."""
         exceptions = self._ray.exceptions
         lost = tuple(getattr(exceptions, n) for n in LOST_NODE_ERRORS if hasattr(exceptions, n))
         try:
-            return self._ray.get(ref), False
+            result = self._ray.get(ref)
         except exceptions.TaskCancelledError:
             raise
         except exceptions.OutOfMemoryError as exc:
             return NodeResult(self._driver_record(attempt, HostPressure(str(exc)))), False
         except lost as exc:
-            return NodeResult(self._driver_record(attempt, NodeLost(str(exc)))), True
+            return NodeResult(self._lost_record(attempt, NodeLost(str(exc)))), True
         except exceptions.RayTaskError as exc:  # levelfield raised outside run_trial: our bug
             cause = exc.cause if isinstance(exc.cause, BaseException) else exc
             return NodeResult(self._driver_record(attempt, cause)), False
         except exceptions.RayError as exc:  # Ray itself failed the trial: the infrastructure's
             error = SandboxStartError(f"Ray: {type(exc).__name__}: {exc}")
             return NodeResult(self._driver_record(attempt, error)), False
+        with contextlib.suppress(Exception):  # the worker returned: it will not claim again
+            _ray_attempts.forget(attempt.token)
+        if isinstance(result, Refused):
+            refused = NodeLost(f"attempt refused on node {result.node}: {result.why}")
+            record = self._driver_record(attempt, refused, node=result.node)
+            note = "nothing of this attempt was created on its node"
+            return NodeResult(_with_note(record, note)), True
+        return result, False
 
-    def _driver_record(self, attempt: _Attempt, exc: BaseException) -> TrialRecord:
+    def _lost_record(self, attempt: _Attempt, exc: NodeLost) -> TrialRecord:
+        """The token is revoked first: a worker that has not claimed it yet never will."""
+        record = self._driver_record(attempt, exc)
+        try:
+            started = _ray_attempts.revoke(attempt.token)
+        except Exception as error:  # the GCS itself failing: say so, the reap still runs
+            return _with_note(record, f"attempt token not revoked: {error}")
+        if started:
+            note = "the attempt had started on the lost node: the run's next reap there removes it"
+        else:
+            note = "the attempt never started: its worker will refuse it"
+        return _with_note(record, note)
+
+    def _driver_record(
+        self, attempt: _Attempt, exc: BaseException, node: str | None = None
+    ) -> TrialRecord:
         """A record for an attempt that returned none: its clock runs from submission, since the
         worker's own start time died with it."""
         record = record_without_sandbox(attempt.trial, self.ctx, exc)
-        host = record.telemetry.host.model_copy(update={"node": self._lost_node(exc)})
+        host = record.telemetry.host.model_copy(update={"node": node or self._lost_node(exc)})
         update: dict[str, Any] = {
             "attempt": attempt.number,
             "started_at": attempt.submitted_at.isoformat(timespec="milliseconds"),
@@ -434,33 +324,64 @@ class RayExecutor:
         """Ctrl-C: cancelled trials get KeyboardInterrupt, close their sandboxes and are discarded
         (they rerun on resume); what a stuck one leaves is reaped by `_prepare_hosts`."""
         refs = list(self._pending)
-        for ref in refs:
+        for ref, attempt in self._pending.items():
+            with contextlib.suppress(Exception):
+                _ray_attempts.revoke(attempt.token)  # one not yet begun never will
             with contextlib.suppress(Exception):
                 self._ray.cancel(ref)
         with contextlib.suppress(Exception):
             self._ray.wait(refs, num_returns=len(refs), timeout=CANCEL_GRACE_S)
         self._pending.clear()
 
-    def _prepare_hosts(self, where: NodeRun, *, check: bool) -> None:
+    def _prepare_hosts(self, where: NodeRun, store: Store, *, check: bool) -> None:
         """One `prepare_host` per machine that can run trials (not per Ray node: several nodes
-        on one machine share its cgroups)."""
+        on one machine share its cgroups). A node that died since Ray listed it is skipped for
+        another alive node of the same machine, so a lost node never stops its host's reap."""
+        preps: list[HostPrep] = []
+        for node_ids in _nodes_per_host(self._ray).values():
+            prep = self._prepare_one_host(where, node_ids, check=check)
+            if prep is not None:
+                preps.append(prep)
+                note_reaped(
+                    store, host=prep.host, count=prep.reaped, when="start" if check else "end"
+                )
+        problems = [f"{prep.host}: {p}" for prep in preps for p in prep.problems]
+        if problems:
+            raise HostUnsupported("ray nodes cannot run trials: " + "; ".join(problems))
+
+    def _prepare_one_host(
+        self, where: NodeRun, node_ids: list[str], *, check: bool
+    ) -> HostPrep | None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        ray, hosts = self._ray, {}
-        for node in ray.nodes():
-            if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) > 0:
-                hosts.setdefault(node.get("NodeManagerAddress"), node["NodeID"])
-        refs = [
-            self._prepare_host.options(
+        exceptions = self._ray.exceptions
+        for node_id in node_ids:
+            ref = self._prepare_host.options(
                 num_cpus=0,
                 max_retries=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
             ).remote(where, check=check)
-            for node_id in hosts.values()
-        ]
-        problems = [f"{host}: {p}" for host, found in ray.get(refs) for p in found]
-        if problems:
-            raise HostUnsupported("ray nodes cannot run trials: " + "; ".join(problems))
+            try:
+                return self._ray.get(ref)  # type: ignore[no-any-return]
+            except (exceptions.RayTaskError, exceptions.TaskCancelledError):
+                raise
+            except exceptions.RayError:
+                continue  # that node died in between: the next one on the machine will do
+        return None
+
+
+def _with_note(record: TrialRecord, note: str) -> TrialRecord:
+    evidence = record.evidence.model_copy(update={"notes": (*record.evidence.notes, note)})
+    return record.model_copy(update={"evidence": evidence})
+
+
+def _nodes_per_host(ray: ModuleType) -> dict[str, list[str]]:
+    """Alive Ray nodes that can run trials, grouped by machine."""
+    hosts: dict[str, list[str]] = {}
+    for node in ray.nodes():
+        if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) > 0:
+            hosts.setdefault(node.get("NodeManagerAddress"), []).append(node["NodeID"])
+    return hosts
 
 
 def _next_attempts(store: Store, trials: Sequence[Trial]) -> list[int | None]:

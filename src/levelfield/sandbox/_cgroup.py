@@ -326,7 +326,8 @@ def remove_tree(directory: Path) -> None:
 
 
 def reap(host: CgroupHost, run_id: str | None = None) -> list[Path]:
-    """Kill and remove trial cgroups a dead run left: one run's, or (None) every run's."""
+    """Kill and remove trial cgroups a dead run left: one run's, or (None) every run's.
+    Returns the trial cgroups found (one per hierarchy), not the run's own empty parent."""
     removed: list[Path] = []
     for base in host.bases.values():
         root = base / PREFIX
@@ -334,6 +335,6 @@ def reap(host: CgroupHost, run_id: str | None = None) -> list[Path]:
         for target in targets:
             if target.is_dir():
                 kill_cgroup_processes(target)
+                removed += [p for p in target.iterdir() if p.is_dir()]
                 remove_tree(target)
-                removed.append(target)
     return removed

@@ -114,7 +114,7 @@ class ProcessBackend:
 
     def reap(self, run_id: str) -> int:
         """Processes, cgroups and mounted disks of `run_id`'s trials that a dead harness left."""
-        removed = len(_cgroup.reap(self.cgroups, run_id))
+        removed = len({path.name for path in _cgroup.reap(self.cgroups, run_id)})  # trials
         trials = (self.options.run_dir / "trials").resolve()
         for point in _workspace.mounts_under(trials):
             _workspace.unmount(Path(point))
