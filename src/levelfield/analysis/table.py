@@ -87,6 +87,9 @@ COLUMNS = (
     "api_latency_s",
     "api_retries",
     "api_rate_limited",
+    "tokens_in",
+    "tokens_out",
+    "cost_usd",
 )
 
 
@@ -136,4 +139,7 @@ def _row(r: TrialRecord) -> dict[str, Any]:
         "api_latency_s": sum(latencies) / len(latencies) if latencies else None,
         "api_retries": sum(1 for c in calls if c.attempt > 1),
         "api_rate_limited": sum(1 for c in calls if c.outcome == "rate_limited"),
+        "tokens_in": r.tokens_in,
+        "tokens_out": r.tokens_out,
+        "cost_usd": r.cost_usd,
     }
