@@ -79,6 +79,16 @@ def report(
         typer.echo(render_card(summary))
     elif html is None:
         show_summary(summary, _console())
+        show_adaptive_sections(data, _console())
+
+
+def show_adaptive_sections(data: RunData, console: Console) -> None:
+    """An adaptive sweep's target and repeats per task, and the cost when trials carry tokens."""
+    from levelfield.adaptive import assess_run
+    from levelfield.analysis.spend import sweep_cost
+    from levelfield.report.adaptive import show_adaptive
+
+    show_adaptive(assess_run(data.trials, data.info), sweep_cost(data.trials), console)
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
+from levelfield._cli_adaptive import MaxTrials, PilotRepeats, Prices, Target, TargetCi
 from levelfield.agents import AgentOptions
 from levelfield.config import RunConfig, load_run_config
 from levelfield.errors import InputError, LevelfieldError
@@ -113,6 +114,7 @@ def run(
     config: Annotated[Path | None, typer.Option(help="run.toml with the same keys.")] = None,
     executor: Annotated[str | None, typer.Option(help=EXECUTOR_HELP)] = None,
     ray_address: Annotated[str | None, typer.Option(help=RAY_ADDRESS_HELP)] = None,
+    prices: Prices = None,
 ) -> None:
     """Run every task under each policy. Safe to interrupt: run the same command to resume."""
     agent_options = AgentOptions(
@@ -142,6 +144,7 @@ def run(
         agent_options=agent_options,
         executor=executor,
         ray_address=ray_address,
+        prices=prices,
     )
     cfg = (
         load_run_config(config, **options)
@@ -184,8 +187,20 @@ def sweep(
     report: Annotated[bool, typer.Option(help="Print the report when done.")] = True,
     executor: Annotated[str, typer.Option(help=EXECUTOR_HELP)] = "local",
     ray_address: Annotated[str | None, typer.Option(help=RAY_ADDRESS_HELP)] = None,
+    target_ci: TargetCi = None,
+    target: Target = "score",
+    max_trials: MaxTrials = None,
+    pilot_repeats: PilotRepeats = 2,
+    prices: Prices = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model for terminal, claude-code, codex.")
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="terminal: OpenAI-compatible endpoint.")
+    ] = None,
 ) -> None:
-    """Every agent under every policy, interleaved in a seeded order; then the report."""
+    """Every agent under every policy, interleaved in a seeded order; then the report. With
+    --target-ci, adaptively: a pilot, then repeats where the CI needs them, until it is narrow."""
     levels = [int(x) for x in concurrency_levels.split(",")] if concurrency_levels else None
     cfg = RunConfig(
         dataset=dataset,
@@ -201,8 +216,15 @@ def sweep(
         uv_shim=uv_shim,
         executor=executor,
         ray_address=ray_address,
+        prices=prices,
+        agent_options=AgentOptions(model=model, base_url=base_url),
     )
-    _execute(cfg)
+    if target_ci:
+        from levelfield._cli_adaptive import execute_adaptive
+
+        execute_adaptive(cfg, target_ci, target, max_trials, pilot_repeats, err)
+    else:
+        _execute(cfg)
     if report or html:
         _report_sweep(out, html, show=report, seed=seed)
 
@@ -218,6 +240,9 @@ def _report_sweep(out: Path, html: Path | None, *, show: bool, seed: int) -> Non
         summary = summarize(data.trials, info=data.info, seed=seed)
     if show:
         show_summary(summary, console)
+        from levelfield._cli_analysis import show_adaptive_sections
+
+        show_adaptive_sections(data, console)
     if html is not None:
         html.write_text(render_html(summary), encoding="utf-8")
         err.print(f"wrote {html}")

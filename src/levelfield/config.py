@@ -63,6 +63,11 @@ class RunConfig(BaseModel):
     agent_options: AgentOptions = Field(
         default_factory=AgentOptions, description="Model, endpoint and commands of the agents."
     )
+    prices: Path | None = Field(
+        None,
+        description="Price table (model → $ per million tokens in/out) that puts a cost on each "
+        "trial; default: the prices.toml shipped with levelfield.",
+    )
 
     @field_validator("concurrency_levels")
     @classmethod

@@ -144,3 +144,8 @@ class TrialRecord(_Frozen):
     started_at: str
     finished_at: str
     duration_s: float
+    tokens_in: int | None = Field(None, description="Input tokens over the trial's API calls.")
+    tokens_out: int | None = Field(None, description="Output tokens over the trial's API calls.")
+    cost_usd: float | None = Field(
+        None, description="Tokens × the model's price (--prices); None when not priced."
+    )

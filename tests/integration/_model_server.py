@@ -1,12 +1,15 @@
 """A scripted OpenAI-compatible server on loopback: it answers /v1/chat/completions with the
 replies a test queues (and 429/500 responses, to exercise the retry policy), and records the
-Authorization header it saw. Bounded: it serves only what was queued, then 500s."""
+Authorization header it saw. Bounded: it serves only what was queued, then 500s, unless the test
+gives a `responder` that answers each request from its messages (for sweeps of many trials in an
+order the test does not know); with a responder, usage counts ~4 characters per token, so
+tokens vary with the conversation as a real model's do (otherwise 11 in, 7 out)."""
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +20,7 @@ class Script:
     responses: list[tuple[int, str]] = field(default_factory=list)
     authorizations: list[str] = field(default_factory=list)
     requests: list[dict] = field(default_factory=list)  # type: ignore[type-arg]
+    responder: Callable[[list[dict]], str] | None = None  # type: ignore[type-arg]
 
     def reply(self, content: str) -> Script:
         self.responses.append((200, content))
@@ -30,7 +34,8 @@ class Script:
         return self.reply(json.dumps({"commands": list(commands), "done": done}))
 
 
-def _completion(content: str) -> bytes:
+def _completion(content: str, prompt_chars: int = 44, counted: bool = False) -> bytes:
+    tokens_in, tokens_out = (prompt_chars // 4, len(content) // 4 + 1) if counted else (11, 7)
     return json.dumps(
         {
             "id": "cmpl-1",
@@ -44,7 +49,11 @@ def _completion(content: str) -> bytes:
                     "message": {"role": "assistant", "content": content},
                 }
             ],
-            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+            "usage": {
+                "prompt_tokens": tokens_in,
+                "completion_tokens": tokens_out,
+                "total_tokens": tokens_in + tokens_out,
+            },
         }
     ).encode()
 
@@ -58,10 +67,17 @@ def model_server(script: Script) -> Iterator[str]:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with lock:
                 script.authorizations.append(self.headers.get("Authorization", ""))
-                script.requests.append(json.loads(body or b"{}"))
-                status, content = script.responses.pop(0) if script.responses else (500, "")
+                request = json.loads(body or b"{}")
+                script.requests.append(request)
+                if script.responses:
+                    status, content = script.responses.pop(0)
+                elif script.responder:
+                    status, content = 200, script.responder(request.get("messages", []))
+                else:
+                    status, content = 500, ""
+            prompt_chars = sum(len(str(m.get("content", ""))) for m in request.get("messages", []))
             payload = (
-                _completion(content)
+                _completion(content, prompt_chars, counted=script.responder is not None)
                 if status == 200
                 else json.dumps(
                     {"error": {"message": f"scripted {status}", "type": "scripted"}}

@@ -88,6 +88,9 @@ COLUMNS = (
     "api_retries",
     "api_rate_limited",
     "trajectory",
+    "tokens_in",
+    "tokens_out",
+    "cost_usd",
 )
 
 
@@ -138,4 +141,7 @@ def _row(r: TrialRecord) -> dict[str, Any]:
         "api_retries": sum(1 for c in calls if c.attempt > 1),
         "api_rate_limited": sum(1 for c in calls if c.outcome == "rate_limited"),
         "trajectory": r.trajectory,
+        "tokens_in": r.tokens_in,
+        "tokens_out": r.tokens_out,
+        "cost_usd": r.cost_usd,
     }

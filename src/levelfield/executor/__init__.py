@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import platform
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -18,6 +18,7 @@ from typing import Any
 
 from levelfield.agents import make_agent
 from levelfield.config import RunConfig
+from levelfield.cost import PricingStore, load_prices
 from levelfield.errors import HostUnsupported, InputError, LevelfieldError
 from levelfield.executor._reaping import note_reaped
 from levelfield.executor.local import Admission, LocalExecutor, OnTrial
@@ -67,13 +68,16 @@ def run(
     *,
     on_plan: Callable[[PlanInfo], None] | None = None,
     on_trial: OnTrial | None = None,
+    trials: Sequence[Trial] | None = None,
 ) -> RunResult:
-    """Run (or resume) the trials `config` describes. Safe to interrupt: call again to resume."""
+    """Run (or resume) the trials `config` describes, or the given `trials` of it (a round of an
+    adaptive sweep). Safe to interrupt: call again to resume."""
     if config.executor == "ray":
         import_ray()  # a missing extra is refused before the store is touched
     dataset = _load(config)
     policies = config.resolved_policies()
-    trials = _plan(config, dataset, policies)
+    trials = list(trials) if trials is not None else _plan(config, dataset, policies)
+    prices = load_prices(config.prices)
     run_dir = config.out.resolve()
     with Store.open_for_writing(run_dir) as store:
         run_id = store.meta().get("run_id") or uuid.uuid4().hex[:12]
@@ -93,7 +97,8 @@ def run(
         if on_this_host:
             note_reaped(store, host=platform.node(), count=backend.reap(run_id), when="start")
         try:
-            executed = _execute_blocks(todo, backend, ctx, store, config, on_trial)
+            priced = PricingStore(store, prices, config.agent_options.model)
+            executed = _execute_blocks(todo, backend, ctx, priced, config, on_trial)  # type: ignore[arg-type]
         finally:
             if on_this_host:
                 note_reaped(store, host=platform.node(), count=backend.reap(run_id), when="end")
