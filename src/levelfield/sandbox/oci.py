@@ -33,6 +33,7 @@ from levelfield.records import Evidence, PhaseResult
 from levelfield.sandbox import (
     BackendOptions,
     Enforcement,
+    Observables,
     Usage,
     _cgroup,
     _container,
@@ -466,6 +467,11 @@ class OciSandbox:
             sandbox_alive=alive,
             notes=tuple(self.notes),
         )
+
+    def observables(self) -> Observables:
+        """The container's init shares its network namespace: its net/dev is the trial's."""
+        pressure = self.cgroup.dirs.get("unified") if self.cgroup is not None else None
+        return Observables(network_pid=self.init_pid or None, pressure_dir=pressure)
 
     def collect_logs(self, dest: Path) -> None:
         """Copy the container's /logs tree to `dest` (works on a stopped container too)."""

@@ -1,0 +1,154 @@
+"""Bandwidth as the trial saw it: a real download of a file of known size inside a trial, on both
+backends, counted by the trial's own network counters; pressure and steal recorded beside it.
+
+The package index runs in a network namespace of its own (see _package_index.py), so the process
+trial's download crosses its veth pair and the NAT rule, and the container's crosses the engine's
+bridge, without any byte leaving the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from levelfield.network import probe_index
+from levelfield.plan import plan_trials
+from levelfield.policy import PRESETS
+from levelfield.records import Outcome, TrialRecord
+from levelfield.runner import TrialContext, run_trial
+from levelfield.sandbox import BackendOptions, get_backend
+from levelfield.sandbox._netns import NETNS_DIR, namespace_name
+from levelfield.tasks import load_task
+
+from ..conftest import MakeTask
+from ._helpers import leftovers
+from ._package_index import PackageIndex, package_index
+from .test_oci import stand_ins  # noqa: F401 (the offline bases, built or found cached)
+
+SIZE = 3 << 20  # 3 MiB
+RATE = 6 << 20  # sent at 6 MiB/s: the download lasts ~0.5 s, ten network samples
+HTTP_OVERHEAD = 64 << 10  # headers, TCP/IP framing of ~50 packets per 64 KiB, ACKs
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> PackageIndex:
+    with package_index(tmp_path / "index", size_bytes=SIZE, rate_bps=RATE) as served:
+        yield served  # type: ignore[misc]
+
+
+def _download_task(make_task: MakeTask, index: PackageIndex) -> Path:
+    return make_task("download", solve=index.download_command())
+
+
+def _with_network(task_root: Path) -> None:
+    toml = task_root / "task.toml"
+    text = toml.read_text().replace("[environment]\n", "[environment]\nallow_internet = true\n")
+    toml.write_text(text)
+
+
+def _iptables() -> str:
+    return subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+
+
+def _assert_download_counted(record: TrialRecord) -> None:
+    assert record.outcome is Outcome.PASSED, (record.reason, record.agent_phase)
+    agent = record.telemetry.network["agent"]
+    assert SIZE <= agent.rx_bytes <= SIZE * 1.1 + HTTP_OVERHEAD
+    assert 0 < agent.tx_bytes < SIZE // 10  # the request and the ACKs
+    assert agent.throughput_bps is not None and agent.busy_s > 0
+    # Busy time is a part of the phase, so the rate while busy is at least the phase's average.
+    assert agent.busy_s <= record.telemetry.phase_s["agent"] + 0.2
+    assert agent.throughput_bps >= (agent.rx_bytes + agent.tx_bytes) / (
+        record.telemetry.phase_s["agent"] + 0.2
+    )
+    trial = record.telemetry.network["trial"]
+    assert trial.rx_bytes >= agent.rx_bytes
+    health = record.telemetry.health
+    assert health is not None and set(health.host_pressure) == {"cpu", "memory", "io"}
+    assert all(p.over_s > 0 and p.some_stall_s >= 0 for p in health.host_pressure.values())
+    assert health.steal_share is not None and 0 <= health.steal_share <= 1
+    print(
+        f"{record.backend}: agent rx {agent.rx_bytes} B tx {agent.tx_bytes} B, busy "
+        f"{agent.busy_s:.2f} s of {record.telemetry.phase_s['agent']:.2f} s, "
+        f"{agent.throughput_bps / 2**20:.2f} MiB/s while busy (sent at {RATE / 2**20:.0f} MiB/s)"
+    )
+
+
+@pytest.mark.sandbox
+def test_process_trial_download_is_counted_in_its_own_namespace(
+    make_task: MakeTask, index: PackageIndex, tmp_path: Path
+) -> None:
+    root = _download_task(make_task, index)
+    _with_network(root)
+    run_id = f"net{os.getpid()}"
+    out = tmp_path / "run"
+    backend = get_backend("process", BackendOptions(run_id, out))
+    (trial,) = plan_trials([load_task(root)], ["oracle"], [PRESETS["uncapped"]])
+    try:
+        record = run_trial(trial, backend, TrialContext(run_id, out, "process"),
+                           admission_wait_s=0.0)
+    finally:
+        backend.reap(run_id)
+    _assert_download_counted(record)
+    assert record.telemetry.health is not None
+    assert record.telemetry.health.admission_wait_s == 0.0
+    assert not list(NETNS_DIR.glob(namespace_name(run_id, "") + "*"))
+    assert f"levelfield:{run_id}:" not in _iptables()
+    assert leftovers(run_id, out) == []
+
+
+@pytest.mark.sandbox
+def test_a_killed_trial_network_is_reaped_with_the_run(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    """The namespace, veth and NAT rules of a trial whose harness died go with `reap`."""
+    root = make_task("idle", solve="sleep 30")
+    _with_network(root)
+    task = load_task(root)
+    run_id = f"netkill{os.getpid()}"
+    run_dir = tmp_path / "run"
+    backend = get_backend("process", BackendOptions(run_id, run_dir))
+    limits = plan_trials([task], ["oracle"], [PRESETS["strict"]])[0].limits
+    box = backend.start(task, limits, trial_id="k1", trial_dir=run_dir / "trials" / "k1")
+    host_if = box.network.host_if  # type: ignore[attr-defined]
+    assert (NETNS_DIR / namespace_name(run_id, "k1")).exists()
+    assert f"levelfield:{run_id}:k1" in _iptables()
+    # As if the harness had died here: nothing closes the sandbox; the next invocation reaps.
+    assert backend.reap(run_id) >= 2
+    assert not (NETNS_DIR / namespace_name(run_id, "k1")).exists()
+    assert f"levelfield:{run_id}:" not in _iptables()
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert host_if not in links
+    assert leftovers(run_id, run_dir) == []
+
+
+@pytest.mark.sandbox
+def test_index_probe_times_the_file_from_the_configured_index(index: PackageIndex) -> None:
+    probe = probe_index(index.index_url, f"{index.project}/{index.filename}")
+    assert probe.error is None, probe.error
+    assert probe.bytes == SIZE
+    assert probe.throughput_bps is not None and probe.throughput_bps > 0
+    assert probe.duration_s >= SIZE / RATE * 0.9  # the server's pace bounds it from below
+    missing = probe_index(index.index_url, f"{index.project}/nope.whl")
+    assert missing.error is not None and missing.throughput_bps is None
+
+
+@pytest.mark.oci
+@pytest.mark.usefixtures("stand_ins")
+def test_oci_trial_download_is_counted_from_the_container_counters(
+    make_task: MakeTask, index: PackageIndex, tmp_path: Path
+) -> None:
+    from levelfield.sandbox import oci
+
+    root = _download_task(make_task, index)
+    run_id = f"ocinet{os.getpid()}"
+    backend = oci.OciBackend(BackendOptions(run_id, tmp_path / "run"))
+    (trial,) = plan_trials([load_task(root)], ["oracle"], [PRESETS["uncapped"]])
+    try:
+        record = run_trial(trial, backend, TrialContext(run_id, tmp_path / "run", "oci"))
+    finally:
+        backend.reap(run_id)
+    _assert_download_counted(record)
