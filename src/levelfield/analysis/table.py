@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,20 @@ def _last_attempts(records: list[TrialRecord]) -> list[TrialRecord]:
     return list(latest.values())
 
 
+# The hidden variables of the host and its network (records.Telemetry.network and .health).
+HIDDEN_COLUMNS = (
+    "weekday",
+    "net_rx_bytes",
+    "net_tx_bytes",
+    "net_busy_s",
+    "net_throughput_bps",
+    "index_probe_bps",
+    "cpu_pressure_pct",
+    "memory_pressure_pct",
+    "io_pressure_pct",
+    "steal_pct",
+    "admission_wait_s",
+)
 COLUMNS = (
     "trial_key",
     "task",
@@ -87,6 +102,7 @@ COLUMNS = (
     "api_latency_s",
     "api_retries",
     "api_rate_limited",
+    *HIDDEN_COLUMNS,
 )
 
 
@@ -136,4 +152,31 @@ def _row(r: TrialRecord) -> dict[str, Any]:
         "api_latency_s": sum(latencies) / len(latencies) if latencies else None,
         "api_retries": sum(1 for c in calls if c.attempt > 1),
         "api_rate_limited": sum(1 for c in calls if c.outcome == "rate_limited"),
+        **_hidden_columns(r),
     }
+
+
+def _hidden_columns(r: TrialRecord) -> dict[str, Any]:
+    """Pressure is the share of the trial's wall time with some work stalled (PSI `some`), in
+    percent; steal likewise. Absent readings are None, never 0: a kernel without PSI is not a
+    healthy host."""
+    network = r.telemetry.network.get("trial")
+    health = r.telemetry.health
+    probe = r.telemetry.host.index_probe
+    row: dict[str, Any] = {
+        "weekday": datetime.fromisoformat(r.started_at).astimezone(UTC).strftime("%a"),
+        "net_rx_bytes": network.rx_bytes if network else None,
+        "net_tx_bytes": network.tx_bytes if network else None,
+        "net_busy_s": network.busy_s if network else None,
+        "net_throughput_bps": network.throughput_bps if network else None,
+        "index_probe_bps": probe.throughput_bps if probe else None,
+        "steal_pct": None,
+        "admission_wait_s": health.admission_wait_s if health else None,
+    }
+    for resource in ("cpu", "memory", "io"):
+        use = health.host_pressure.get(resource) if health else None
+        share = use.some_stall_s / use.over_s if use and use.over_s > 0 else None
+        row[f"{resource}_pressure_pct"] = None if share is None else 100 * share
+    if health is not None and health.steal_share is not None:
+        row["steal_pct"] = 100 * health.steal_share
+    return row
