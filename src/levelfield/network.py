@@ -31,7 +31,7 @@ from types import TracebackType
 from levelfield.records import IndexProbe, NetworkUse
 from levelfield.sandbox._netns import NetCounters, counters
 
-NET_SAMPLE_EVERY_S = 0.05  # ~40 µs a read: 0.1 % of a core; a 50 ms rate resolution
+NET_SAMPLE_EVERY_S = 0.05  # budget < 1 % of a core: benchmarks/network_overhead.py checks it
 DEFAULT_INDEX = "https://pypi.org/simple/"
 # A wheel that never changes once published (2.1 MB): long enough to time, small enough to repeat.
 DEFAULT_PROBE_FILE = "pip/pip-24.0-py3-none-any.whl"

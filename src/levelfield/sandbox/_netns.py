@@ -115,7 +115,8 @@ def create(run_id: str, trial_id: str) -> TrialNetwork:
     name = namespace_name(run_id, trial_id)
     tag = f"{TAG_PREFIX}{run_id}:{trial_id}"
     with _allocation_lock():
-        _remove(name, tag)  # a half-made namespace of a killed earlier attempt
+        if (NETNS_DIR / name).exists():
+            _remove(name, tag)  # a half-made namespace of a killed earlier attempt
         subnet = _free_subnet(_used_addresses(), name)
         hosts = list(subnet.hosts())
         net = TrialNetwork(name, _host_if(name), str(hosts[0]), str(hosts[1]), str(subnet), tag)
@@ -128,7 +129,11 @@ def create(run_id: str, trial_id: str) -> TrialNetwork:
 
 
 def destroy(net: TrialNetwork) -> None:
-    _remove(net.name, net.tag)
+    """The rules this trial added, deleted as written (one call); a scan only if that fails."""
+    _run(["ip", "-force", "-batch", "-"], stdin=_unlink_script(net.name), check=False)
+    deleted = _run(["iptables-restore", "-w", "--noflush"], stdin=_rules(net, "-D"), check=False)
+    if deleted is None and shutil.which("iptables-save"):
+        _delete_rules(net.tag)
 
 
 def reap(run_id: str) -> int:
@@ -143,34 +148,50 @@ def reap(run_id: str) -> int:
 
 
 def _build(net: TrialNetwork) -> None:
+    """Four commands: the host side, the trial side, IPv6 off inside, the NAT rules."""
     trial_if = "lfn" + net.host_if[3:]
-    _run(["ip", "netns", "add", net.name])
-    _run(["ip", "link", "add", net.host_if, "type", "veth", "peer", "name", trial_if,
-          "netns", net.name])
-    _run(["ip", "addr", "add", f"{net.host_addr}/30", "dev", net.host_if])
-    _run(["ip", "link", "set", net.host_if, "up"])
-    inside = "\n".join([
+    outside = [
+        f"netns add {net.name}",
+        f"link add {net.host_if} type veth peer name {trial_if} netns {net.name}",
+        f"addr add {net.host_addr}/30 dev {net.host_if}",
+        f"link set {net.host_if} up",
+    ]
+    inside = [
         f"link set {trial_if} name eth0",
         f"addr add {net.trial_addr}/30 dev eth0",
         "link set eth0 up",
         "link set lo up",
         f"route add default via {net.host_addr}",
-    ])
-    _run(["ip", "-n", net.name, "-batch", "-"], stdin=inside + "\n")
-    _run(["ip", "netns", "exec", net.name, "sysctl", "-q", "-w",
-          "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])
+    ]
+    _run(["ip", "-batch", "-"], stdin="\n".join(outside) + "\n")
+    _run(["ip", "-n", net.name, "-batch", "-"], stdin="\n".join(inside) + "\n")
+    _run([*net.enter_argv(), "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1",
+          "net.ipv6.conf.default.disable_ipv6=1"])
     _enable_forwarding()
-    rules = "\n".join([
+    _run(["iptables-restore", "-w", "--noflush"], stdin=_rules(net, "-I"))
+
+
+def _rules(net: TrialNetwork, verb: str) -> str:
+    """The trial's three rules, to insert (-I) or delete (-D) in one iptables-restore."""
+    comment = f'-m comment --comment "{net.tag}"'
+    nat_verb = "-A" if verb == "-I" else "-D"
+    return "\n".join([
         "*nat",
-        f'-A POSTROUTING -s {net.subnet} ! -o {net.host_if} -m comment --comment "{net.tag}" '
-        "-j MASQUERADE",
+        f"{nat_verb} POSTROUTING -s {net.subnet} ! -o {net.host_if} {comment} -j MASQUERADE",
         "COMMIT",
         "*filter",
-        f'-I FORWARD -i {net.host_if} -m comment --comment "{net.tag}" -j ACCEPT',
-        f'-I FORWARD -o {net.host_if} -m comment --comment "{net.tag}" -j ACCEPT',
+        f"{verb} FORWARD -i {net.host_if} {comment} -j ACCEPT",
+        f"{verb} FORWARD -o {net.host_if} {comment} -j ACCEPT",
         "COMMIT",
-    ])
-    _run(["iptables-restore", "-w", "--noflush"], stdin=rules + "\n")
+    ]) + "\n"
+
+
+def _unlink_script(name: str) -> str:
+    """Deleting the host end deletes its peer; the namespace goes once nothing holds it."""
+    lines = [f"link del {_host_if(name)}"]
+    if (NETNS_DIR / name).exists():
+        lines.append(f"netns del {name}")
+    return "\n".join(lines) + "\n"
 
 
 def _enable_forwarding() -> None:
@@ -181,10 +202,8 @@ def _enable_forwarding() -> None:
 
 
 def _remove(name: str, tag: str) -> None:
-    """Idempotent: each part may already be gone. Deleting the host end deletes its peer."""
-    _run(["ip", "link", "del", _host_if(name)], check=False)
-    if (NETNS_DIR / name).exists():
-        _run(["ip", "netns", "del", name], check=False)
+    """Idempotent, for leftovers whose rules are not known: each part may already be gone."""
+    _run(["ip", "-force", "-batch", "-"], stdin=_unlink_script(name), check=False)
     if shutil.which("iptables-save"):
         _delete_rules(tag)
 
@@ -192,7 +211,7 @@ def _remove(name: str, tag: str) -> None:
 def _delete_rules(tag: str, *, prefix: bool = False) -> None:
     """Every rule whose comment is `tag` (or starts with it), in the nat and filter tables."""
     for table in ("nat", "filter"):
-        saved = _run(["iptables-save", "-t", table], check=False)
+        saved = _run(["iptables-save", "-t", table], check=False) or ""
         deletions = []
         for line in saved.splitlines():
             found = _COMMENT.search(line) if line.startswith("-A ") else None
@@ -205,7 +224,7 @@ def _delete_rules(tag: str, *, prefix: bool = False) -> None:
 
 
 def _used_addresses() -> set[ipaddress.IPv4Network]:
-    out = _run(["ip", "-4", "-o", "addr", "show"], check=False)
+    out = _run(["ip", "-4", "-o", "addr", "show"], check=False) or ""
     used = set()
     for line in out.splitlines():
         parts = line.split()
@@ -237,7 +256,8 @@ def _allocation_lock() -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _run(argv: list[str], *, stdin: str | None = None, check: bool = True) -> str:
+def _run(argv: list[str], *, stdin: str | None = None, check: bool = True) -> str | None:
+    """stdout; on failure SandboxStartError, or None when `check` is off."""
     try:
         proc = subprocess.run(
             argv,
@@ -250,8 +270,10 @@ def _run(argv: list[str], *, stdin: str | None = None, check: bool = True) -> st
     except (OSError, subprocess.TimeoutExpired) as exc:
         if check:
             raise SandboxStartError(f"trial network: {' '.join(argv[:4])}: {exc}") from exc
-        return ""
-    if check and proc.returncode != 0:
+        return None
+    if proc.returncode != 0:
+        if not check:
+            return None
         detail = proc.stderr.strip()[-300:]
         raise SandboxStartError(f"trial network: {' '.join(argv[:5])} failed: {detail}")
     return proc.stdout
