@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from levelfield.analysis.table import trials_frame
+from levelfield.config import RunConfig
+from levelfield.executor import run
 from levelfield.network import probe_index
 from levelfield.plan import plan_trials
 from levelfield.policy import PRESETS
@@ -21,6 +24,7 @@ from levelfield.records import Outcome, TrialRecord
 from levelfield.runner import TrialContext, run_trial
 from levelfield.sandbox import BackendOptions, get_backend
 from levelfield.sandbox._netns import NETNS_DIR, namespace_name
+from levelfield.store import reading
 from levelfield.tasks import load_task
 
 from ..conftest import MakeTask
@@ -70,6 +74,9 @@ def _assert_download_counted(record: TrialRecord) -> None:
     assert health is not None and set(health.host_pressure) == {"cpu", "memory", "io"}
     assert all(p.over_s > 0 and p.some_stall_s >= 0 for p in health.host_pressure.values())
     assert health.steal_share is not None and 0 <= health.steal_share <= 1
+    row = trials_frame([record]).iloc[0]  # what the analysis reads of it
+    assert row["net_rx_bytes"] == trial.rx_bytes and row["net_throughput_bps"] > 0
+    assert row["cpu_pressure_pct"] >= 0 and row["steal_pct"] >= 0
     print(
         f"{record.backend}: agent rx {agent.rx_bytes} B tx {agent.tx_bytes} B, busy "
         f"{agent.busy_s:.2f} s of {record.telemetry.phase_s['agent']:.2f} s, "
@@ -152,3 +159,24 @@ def test_oci_trial_download_is_counted_from_the_container_counters(
     finally:
         backend.reap(run_id)
     _assert_download_counted(record)
+
+
+@pytest.mark.sandbox
+def test_a_run_probes_the_configured_index_and_trials_record_it(
+    make_task: MakeTask, index: PackageIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first trial starts the probe in the background and takes seconds, so the trials after
+    it find the result in their host context; the run's metadata keeps every probe."""
+    monkeypatch.setenv("PIP_INDEX_URL", index.index_url)
+    root = make_task("slow", solve="sleep 3 && touch /app/done")
+    out = tmp_path / "run"
+    run(RunConfig(dataset=root, out=out, repeats=3,
+                  index_probe_file=f"{index.project}/{index.filename}"))
+    with reading(out) as store:
+        probes = store.meta()["index_probes"]
+        records = sorted(store.records(), key=lambda r: r.started_at)
+    assert len(probes) == 1 and probes[0]["bytes"] == SIZE and probes[0]["error"] is None
+    assert probes[0]["index_url"] == index.index_url
+    seen = [r.telemetry.host.index_probe for r in records]
+    assert seen[-1] is not None and seen[-1].bytes == SIZE
+    assert trials_frame(records)["index_probe_bps"].iloc[-1] == seen[-1].throughput_bps

@@ -91,3 +91,23 @@ def test_a_covariate_recorded_for_few_trials_is_left_out_without_dropping_the_re
     assert "bandwidth_quantile" not in [c.name for c in result.coefficients]
     assert any("recorded for only" in line for line in result.left_out)
     assert result.n_rows > 400  # the other covariates kept every informative trial
+
+
+def test_the_report_shows_bandwidth_and_pressure_and_names_what_it_left_out() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from levelfield.analysis.summary import summarize
+    from levelfield.report import render_html, show_summary
+
+    summary = summarize(_trials(1, cpu_spread=40, rate_spread=3), n_resamples=50)
+    page = render_html(summary)
+    hidden = page[page.index("id='hidden'") : page.index("id='time'")]
+    assert "bandwidth_quantile" in hidden and "cpu_pressure_pct" in hidden
+    assert "steal_pct: barely varies" in hidden
+    text = StringIO()
+    show_summary(summary, Console(file=text, width=200))
+    shown = text.getvalue()
+    assert "bandwidth_quantile" in shown and "cpu_pressure_pct" in shown
+    assert "left out: " in shown and "steal_pct" in shown

@@ -220,6 +220,8 @@ def _hidden(summary: RunSummary) -> str:
         f"clustered by task; {hidden.n_rows} trials on {hidden.n_tasks} tasks "
         f"({hidden.dropped_tasks} tasks with constant outcome left out). {_e(hidden.note)}</p>"
     )
+    if hidden.left_out:
+        note += f"<p class='note'>Left out: {_e('; '.join(hidden.left_out))}</p>"
     return _table(("variable", "log-odds per unit [CI]", "odds ratio", "p"), rows) + note
 
 
@@ -236,9 +238,6 @@ def _time(summary: RunSummary) -> str:
         out.append(_table(timing.TEST_HEADER, timing.test_rows(summary)))
     if summary.nodes:
         out.append(_table(timing.NODE_HEADER, timing.node_rows(summary)))
-    if summary.hidden is not None and summary.hidden.left_out:
-        left = "; ".join(summary.hidden.left_out)
-        out.append(f"<p class='note'>Hidden variables left out: {_e(left)}</p>")
     return "\n".join(out) or "<p class='note'>One window, no hour of day or host health.</p>"
 
 

@@ -71,6 +71,9 @@ def node_rows(summary: RunSummary) -> list[tuple[str, ...]]:
 def terminal_tables(summary: RunSummary) -> list[Table | str]:
     """What `show_summary` prints after the hidden variables."""
     out: list[Table | str] = []
+    hidden = summary.hidden
+    if hidden is not None and hidden.left_out:
+        out.append("hidden variables left out: " + "; ".join(hidden.left_out))
     pct = round(100 * summary.level)
     time = summary.time
     if time is not None and len(time.by_hour) > 1:
@@ -85,9 +88,6 @@ def terminal_tables(summary: RunSummary) -> list[Table | str]:
     if len(summary.nodes) > 1 or any(n.flags for n in summary.nodes):
         out.append(_table("Host health per node (medians over its trials; stall = PSI some)",
                           NODE_HEADER, node_rows(summary)))
-    hidden = summary.hidden
-    if hidden is not None and hidden.left_out:
-        out.append("hidden variables left out: " + "; ".join(hidden.left_out))
     return out
 
 

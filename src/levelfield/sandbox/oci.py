@@ -469,9 +469,11 @@ class OciSandbox:
         )
 
     def observables(self) -> Observables:
-        """The container's init shares its network namespace: its net/dev is the trial's."""
-        pressure = self.cgroup.dirs.get("unified") if self.cgroup is not None else None
-        return Observables(network_pid=self.init_pid or None, pressure_dir=pressure)
+        """The container's init shares its network namespace: its net/dev is the trial's. Only
+        when its pid is this host's (the cgroup was found): a remote engine's pid is not."""
+        if self.cgroup is None:
+            return Observables()
+        return Observables(self.init_pid or None, self.cgroup.dirs.get("unified"))
 
     def collect_logs(self, dest: Path) -> None:
         """Copy the container's /logs tree to `dest` (works on a stopped container too)."""
