@@ -63,11 +63,9 @@ def _assert_download_counted(record: TrialRecord) -> None:
     assert SIZE <= agent.rx_bytes <= SIZE * 1.1 + HTTP_OVERHEAD
     assert 0 < agent.tx_bytes < SIZE // 10  # the request and the ACKs
     assert agent.throughput_bps is not None and agent.busy_s > 0
-    # Busy time is a part of the phase, so the rate while busy is at least the phase's average.
-    assert agent.busy_s <= record.telemetry.phase_s["agent"] + 0.2
-    assert agent.throughput_bps >= (agent.rx_bytes + agent.tx_bytes) / (
-        record.telemetry.phase_s["agent"] + 0.2
-    )
+    # Busy time is a part of the trial's time, so the rate while busy is at least the average.
+    assert agent.busy_s <= record.duration_s
+    assert agent.throughput_bps >= (agent.rx_bytes + agent.tx_bytes) / record.duration_s
     trial = record.telemetry.network["trial"]
     assert trial.rx_bytes >= agent.rx_bytes
     health = record.telemetry.health

@@ -177,7 +177,8 @@ def _choose(
         coverage = float(column.notna().mean()) if len(column) else 0.0
         why = None
         if coverage < MIN_COVERAGE:
-            why = f"recorded for only {100 * coverage:.0f} % of the informative trials"
+            what = "used the network" if name == "bandwidth_quantile" else "recorded it"
+            why = f"only {100 * coverage:.0f} % of the informative trials {what}"
         elif not _varies_enough(column.dropna()):
             why = "barely varies (constant, or off its usual value in a handful of trials)"
         else:

@@ -31,7 +31,7 @@ from levelfield.store import Store
 from levelfield.tasks import Dataset, TaskProblem, load_dataset
 from levelfield.telemetry import host_id, total_memory_bytes
 
-PROBE_END_WAIT_S = 5.0
+PROBE_END_WAIT_S = 2.0  # a short run still records a probe of a fast index
 
 
 @dataclass(frozen=True)
