@@ -9,7 +9,10 @@ bridge, without any byte leaving the machine.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +26,7 @@ from levelfield.policy import PRESETS
 from levelfield.records import Outcome, TrialRecord
 from levelfield.runner import TrialContext, run_trial
 from levelfield.sandbox import BackendOptions, get_backend
-from levelfield.sandbox._netns import NETNS_DIR, namespace_name
+from levelfield.sandbox._netns import NAME_PREFIX, NETNS_DIR, namespace_name
 from levelfield.store import reading
 from levelfield.tasks import load_task
 
@@ -178,3 +181,50 @@ def test_a_run_probes_the_configured_index_and_trials_record_it(
     seen = [r.telemetry.host.index_probe for r in records]
     assert seen[-1] is not None and seen[-1].bytes == SIZE
     assert trials_frame(records)["index_probe_bps"].iloc[-1] == seen[-1].throughput_bps
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_kill_9_with_trial_networks_live_then_resume_leaves_none(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    """The harness dies with two networked trials in flight: their namespaces, veths and NAT
+    rules outlive it, and the same command reaps them before it reruns those trials."""
+    for name in ("a", "b"):
+        root = make_task(name, solve="sleep 20; touch /app/done")
+        _with_network(root)
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "levelfield", "run", str(root.parent), "--out", str(out),
+               "--concurrency", "2"]
+    harness = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    live: list[Path] = []
+    while len(live) < 2 and time.monotonic() < deadline:
+        live = list(NETNS_DIR.glob(f"{NAME_PREFIX}*")) if NETNS_DIR.is_dir() else []
+        live = [p for p in live if _is_ours(p, out)]
+        time.sleep(0.1)
+    assert len(live) == 2, "the trials never got their namespaces"
+    os.kill(harness.pid, signal.SIGKILL)
+    harness.wait()
+    with reading(out) as store:
+        run_id = store.meta()["run_id"]
+    assert f"levelfield:{run_id}:" in _iptables()  # left behind by the dead harness
+    for name in ("a", "b"):  # the rerun need not wait 20 s
+        (root.parent / name / "solution" / "solve.sh").write_text("#!/bin/bash\ntouch /app/done\n")
+    resumed = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    with reading(out) as store:
+        assert sorted(r.task for r in store.records()) == ["a", "b"]
+    assert not [p for p in NETNS_DIR.glob(namespace_name(run_id, "") + "*")]
+    assert f"levelfield:{run_id}:" not in _iptables()
+    assert leftovers(run_id, out) == []
+
+
+def _is_ours(netns: Path, out: Path) -> bool:
+    """A namespace of the run in `out` (its run id is in the store once the run has begun)."""
+    try:
+        with reading(out) as store:
+            run_id = store.meta().get("run_id")
+    except Exception:
+        return False
+    return bool(run_id) and netns.name.startswith(namespace_name(run_id, ""))
