@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import itertools
 import os
 import socket
 import subprocess
@@ -48,19 +49,24 @@ class PackageIndex:
 
     def download_command(self, dest: str = "/app/downloaded") -> str:
         """bash's /dev/tcp: works in any image with bash, with no curl or python needed."""
+        return self.fetch_command(dest) + " && touch /app/done"
+
+    def fetch_command(self, dest: str = "/app/downloaded") -> str:
+        """Download the file; fails unless all of it (and the headers) arrived."""
         return (
             f"exec 3<>/dev/tcp/{self.host}/{self.port} && "
             f"printf 'GET {self.file_path} HTTP/1.0\\r\\nHost: index\\r\\n\\r\\n' >&3 && "
             f"cat <&3 > {dest} && exec 3<&- && "
-            f'test "$(wc -c < {dest})" -gt {self.size_bytes} && touch /app/done'
+            f'test "$(wc -c < {dest})" -gt {self.size_bytes}'
         )
 
 
 @contextlib.contextmanager
 def package_index(
-    root: Path, *, size_bytes: int, rate_bps: int, project: str = "probe"
+    root: Path, *, size_bytes: int, rate_bps: int | list[int], project: str = "probe"
 ) -> Iterator[PackageIndex]:
-    """Start the index in its own namespace; everything it made is removed on exit."""
+    """Start the index in its own namespace; everything it made is removed on exit. Several
+    rates are taken in turn, one per download of the file."""
     run_id = f"idx{os.getpid()}"
     filename = f"{project}-1.0-py3-none-any.whl"
     files = root / "files"
@@ -71,7 +77,8 @@ def package_index(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     server = subprocess.Popen(
         ["ip", "netns", "exec", net.name, sys.executable, str(script), "--bind", net.trial_addr,
-         "--root", str(files), "--project", project, "--rate", str(rate_bps)],
+         "--root", str(files), "--project", project, "--rate",
+         ",".join(map(str, rate_bps if isinstance(rate_bps, list) else [rate_bps]))],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -94,9 +101,10 @@ def _wait_listening(host: str, port: int, server: subprocess.Popen[bytes]) -> No
     raise RuntimeError(f"package index at {host}:{port} did not start")
 
 
-def _handler(root: Path, project: str, rate_bps: int) -> type[BaseHTTPRequestHandler]:
+def _handler(root: Path, project: str, rates: list[int]) -> type[BaseHTTPRequestHandler]:
     (wheel,) = sorted(root.iterdir())
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    turn = itertools.count()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -104,7 +112,8 @@ def _handler(root: Path, project: str, rate_bps: int) -> type[BaseHTTPRequestHan
                 link = f'<a href="../../files/{wheel.name}#sha256={digest}">{wheel.name}</a>'
                 self._send(f"<html><body>{link}</body></html>".encode(), "text/html")
             elif self.path == f"/files/{wheel.name}":
-                self._send(wheel.read_bytes(), "application/octet-stream", rate_bps)
+                rate = rates[next(turn) % len(rates)]
+                self._send(wheel.read_bytes(), "application/octet-stream", rate)
             else:
                 self.send_error(404)
 
@@ -132,9 +141,9 @@ def main() -> None:
     parser.add_argument("--bind", required=True)
     parser.add_argument("--root", type=Path, required=True)
     parser.add_argument("--project", required=True)
-    parser.add_argument("--rate", type=int, default=0)
+    parser.add_argument("--rate", default="0", help="bytes/s, or several taken in turn: 1,4")
     args = parser.parse_args()
-    handler = _handler(args.root, args.project, args.rate)
+    handler = _handler(args.root, args.project, [int(r) for r in args.rate.split(",")])
     ThreadingHTTPServer((args.bind, PORT), handler).serve_forever()
 
 

@@ -228,3 +228,42 @@ def _is_ours(netns: Path, out: Path) -> bool:
     except Exception:
         return False
     return bool(run_id) and netns.name.startswith(namespace_name(run_id, ""))
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_the_hidden_variable_section_takes_bandwidth_and_pressure_from_real_trials(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    """40 trials download 1 MiB from an index that sends at 1, 4 and 16 MiB/s in turn, and pass
+    at random: bandwidth varies within each task, so the fit takes it. Pressure is whatever this
+    host went through: it is fitted only when its spread reaches the stated minimum, and named
+    as left out when it is not fitted."""
+    from levelfield.analysis.hidden import MIN_SPREAD
+    from levelfield.analysis.summary import summarize
+    from levelfield.analysis.table import load_run
+
+    rates = [1 << 20, 4 << 20, 16 << 20]
+    with package_index(tmp_path / "index", size_bytes=1 << 20, rate_bps=rates) as index:
+        for name in ("a", "b"):
+            coin = "[ $((RANDOM % 2)) -eq 0 ] && touch /app/done"
+            root = make_task(name, solve=f"{index.fetch_command()} && {coin}")
+            _with_network(root)
+        out = tmp_path / "run"
+        run(RunConfig(dataset=root.parent, out=out, repeats=20, concurrency=2,
+                      index_probe_every_s=0))
+    trials = load_run(out).trials
+    assert trials["net_rx_bytes"].min() >= 1 << 20
+    rates_seen = trials["net_throughput_bps"]
+    assert rates_seen.quantile(0.9) / rates_seen.quantile(0.1) > 2
+    hidden = summarize(trials, n_resamples=50).hidden
+    assert hidden is not None and hidden.estimable, hidden
+    fitted = {c.name for c in hidden.coefficients}
+    assert "bandwidth_quantile" in fitted
+    for name in ("cpu_pressure_pct", "io_pressure_pct"):
+        values = trials[name].astype(float)
+        spread = values.quantile(0.9) - values.quantile(0.1)
+        left = any(line.startswith(f"{name}:") for line in hidden.left_out)
+        assert (name in fitted) != left, (name, spread)  # fitted, or named as left out
+        assert name not in fitted or spread >= MIN_SPREAD[name], (name, spread)
+    print(f"fitted {sorted(fitted)}; left out {list(hidden.left_out)}")
