@@ -311,8 +311,10 @@ class ProcessSandbox:
         _workspace.destroy_workspace(self.workspace)
 
     def observables(self) -> Observables:
+        """No network, nothing to meter: the trial's namespace then holds only loopback."""
         pressure = self.cgroup.dirs["unified"] if self.cgroup.is_v2 else None
-        return Observables(network_pid=self.init_pid, pressure_dir=pressure)
+        network_pid = self.init_pid if self.network is not None else None
+        return Observables(network_pid=network_pid, pressure_dir=pressure)
 
 
 def _empty_dir(path: Path) -> None:
