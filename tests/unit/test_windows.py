@@ -30,12 +30,12 @@ def _brute_force_p(scores: np.ndarray) -> float:
     return hits / total
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1])
 def test_friedman_matches_scipy_and_exact_p_matches_brute_force(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    scores = rng.integers(0, 4, size=(5, 3)) / 3  # per-task scores of K = 3: many ties
+    scores = rng.integers(0, 4, size=(4, 3)) / 3  # per-task scores of K = 3: many ties
     while np.all(scores == scores[:, :1]):
-        scores = rng.integers(0, 4, size=(5, 3)) / 3
+        scores = rng.integers(0, 4, size=(4, 3)) / 3
     statistic, p, method, p_chi2 = friedman_permutation(scores)
     reference = stats.friedmanchisquare(*scores.T)
     assert statistic == pytest.approx(reference.statistic, rel=1e-9)
