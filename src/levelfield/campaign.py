@@ -155,8 +155,13 @@ def run_campaign(
         indices = [_current_index(state, clock)] if spec.once else range(spec.windows)
         for index in indices:
             campaign.slot(index, config, run_window)
-        if next_slot(state, spec, clock.now()) is None:
+        following = next_slot(state, spec, clock.now())
+        if following is None:
             on_event(Event("complete", "", _iso(clock.now())))
+        elif spec.once:  # the timer will come back for it
+            index = round((following - state.start) / state.every_s)
+            wait = clock.real_seconds_until(following)
+            on_event(Event("next", slot_label(following), _iso(following), wait, index))
         return state
 
 

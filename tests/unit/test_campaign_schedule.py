@@ -91,6 +91,10 @@ def test_once_runs_only_the_slot_due_now(tmp_path: Path) -> None:
     run_campaign(config, spec, lambda c: ran.append(c.window), real=clock, sleep=clock.sleep)
     run_campaign(config, spec, lambda c: ran.append(c.window), real=clock, sleep=clock.sleep)
     assert ran == ["2026-11-29T00", "2026-11-29T06"]  # the third call found it done
+    told: list[str] = []
+    run_campaign(config, spec, lambda c: None, on_event=lambda e: told.append(
+        f"{e.kind} {e.label}"), real=clock, sleep=clock.sleep)
+    assert told == ["skipped 2026-11-29T06", "next 2026-11-29T12"]
 
 
 def test_other_settings_are_refused_on_the_same_directory(tmp_path: Path) -> None:
