@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 profile="${1:-run}"
 
-packages=(bubblewrap e2fsprogs util-linux procps python3-venv)
+packages=(bubblewrap e2fsprogs util-linux procps iproute2 iptables python3-venv)
 if [ "$profile" = test ]; then
   packages+=(chromium)
   command -v npm >/dev/null || packages+=(nodejs npm)

@@ -374,6 +374,9 @@ def offline_bases(
 
 
 def _register_optional_commands() -> None:
+    from levelfield._cli_campaign import register as register_campaign
+
+    register_campaign(app)
     try:
         from levelfield._cli_analysis import register
     except ImportError:

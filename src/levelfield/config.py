@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from levelfield.agents import AgentOptions, agent_name
 from levelfield.errors import RunConfigError
+from levelfield.network import DEFAULT_PROBE_FILE, PROBE_EVERY_S
 from levelfield.policy import Policy, policy_from_bounds, resolve_policy
 
 
@@ -60,6 +61,15 @@ class RunConfig(BaseModel):
     seed: int = Field(0, description="Seeds the interleaved trial order (recorded).")
     window: str = Field("default", description="Label for this invocation's time window.")
     task_names: list[str] | None = Field(None, description="Only these tasks of the dataset.")
+    index_probe_every_s: float = Field(
+        PROBE_EVERY_S,
+        ge=0,
+        description="Time a fixed download from the host's package index at most this often "
+        "(seconds; 0 = never), recorded as host context.",
+    )
+    index_probe_file: str = Field(
+        DEFAULT_PROBE_FILE, description="PROJECT/FILENAME the probe downloads from the index."
+    )
     agent_options: AgentOptions = Field(
         default_factory=AgentOptions, description="Model, endpoint and commands of the agents."
     )

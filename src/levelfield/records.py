@@ -79,6 +79,19 @@ class Sample(_Frozen):
     cpu_usage_s: float
 
 
+class IndexProbe(_Frozen):
+    """A timed download of one fixed file from the package index this host is configured to use:
+    the egress bandwidth a trial's installs meet, measured beside the trials, not inside them."""
+
+    index_url: str = Field(description="Without credentials.")
+    file_url: str = ""
+    at: str = Field(description="UTC, ISO 8601, when the download started.")
+    bytes: int = 0
+    duration_s: float = 0.0
+    throughput_bps: float | None = Field(None, description="Bytes per second; None on error.")
+    error: str | None = None
+
+
 class HostContext(_Frozen):
     """The host as the trial found it: the hidden variables a report may regress on."""
 
@@ -89,6 +102,46 @@ class HostContext(_Frozen):
     free_memory_bytes: int
     trials_in_flight: int
     node: str | None = None
+    index_probe: IndexProbe | None = Field(None, description="The run's latest index probe.")
+
+
+class NetworkUse(_Frozen):
+    """A trial's own traffic in one phase (loopback excluded). `busy_s` counts the sampling
+    intervals in which bytes moved, so `throughput_bps` is the rate while the network was in
+    use, not diluted by the phase's idle time (a lower bound at the sampling resolution)."""
+
+    rx_bytes: int = 0
+    tx_bytes: int = 0
+    busy_s: float = 0.0
+    throughput_bps: float | None = Field(None, description="(rx + tx) / busy_s; None if idle.")
+
+
+class PressureUse(_Frozen):
+    """One PSI file (cpu, memory or io) over a trial: avg10 (percent) at its end, and the stall
+    time its `total` counter grew by while the trial ran."""
+
+    some_avg10: float
+    some_stall_s: float
+    full_avg10: float | None = None
+    full_stall_s: float | None = None
+    over_s: float = Field(0.0, description="Wall time the totals were taken over.")
+
+
+class Health(_Frozen):
+    """The host's health while the trial ran: what a score can move with, not the trial's doing."""
+
+    host_pressure: dict[str, PressureUse] = Field(
+        default_factory=dict, description="/proc/pressure/{cpu,memory,io}."
+    )
+    cgroup_pressure: dict[str, PressureUse] = Field(
+        default_factory=dict, description="The trial cgroup's own pressure files (cgroup v2)."
+    )
+    steal_share: float | None = Field(
+        None, description="Share of all CPU time stolen by the hypervisor (/proc/stat)."
+    )
+    admission_wait_s: float | None = Field(
+        None, description="Time the trial waited for its floor to be admitted."
+    )
 
 
 class Telemetry(_Frozen):
@@ -96,6 +149,10 @@ class Telemetry(_Frozen):
     samples: tuple[Sample, ...] = ()
     phase_s: dict[str, float] = Field(default_factory=dict)
     sample_every_s: float = 0.0
+    network: dict[str, NetworkUse] = Field(
+        default_factory=dict, description="Per phase (start, agent, verifier) and `trial`."
+    )
+    health: Health | None = None
 
 
 class ApiCall(_Frozen):

@@ -18,12 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from levelfield.agents import Agent, AgentOptions, AgentRun, make_agent
+from levelfield.network import IndexProber
 from levelfield.outcome import PhaseLog, classify, outcome_of
 from levelfield.plan import Trial
 from levelfield.policy import Limits
 from levelfield.records import Evidence, HostContext, Telemetry, TrialRecord
 from levelfield.sandbox import Backend, Sandbox
-from levelfield.telemetry import Sampler, host_context
+from levelfield.telemetry import Sampler, TrialWatch, host_context
 from levelfield.verifier import run_verifier
 
 ERROR_TEXT_CHARS = 2000
@@ -41,6 +42,7 @@ class TrialContext:
     concurrency: int = 1
     agent_options: AgentOptions = field(default_factory=AgentOptions)
     live: set[Sandbox] = field(default_factory=set)
+    prober: IndexProber | None = None  # the run's package-index probe, recorded as host context
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def trial_dir(self, trial: Trial) -> Path:
@@ -51,9 +53,14 @@ class TrialContext:
             (self.live.add if alive else self.live.discard)(box)
 
 
-def run_trial(trial: Trial, backend: Backend, ctx: TrialContext) -> TrialRecord:
+def run_trial(
+    trial: Trial, backend: Backend, ctx: TrialContext, *, admission_wait_s: float | None = None
+) -> TrialRecord:
     trial_dir = _fresh_dir(ctx.trial_dir(trial))
     host = host_context(ctx.in_flight(), ctx.node)
+    if ctx.prober is not None:
+        host = host.model_copy(update={"index_probe": ctx.prober.latest()})
+    watch = TrialWatch(admission_wait_s)
     started, t0 = datetime.now(UTC), time.monotonic()
     limits = trial.limits
     log, phase_s = PhaseLog(), {}
@@ -65,11 +72,12 @@ def run_trial(trial: Trial, backend: Backend, ctx: TrialContext) -> TrialRecord:
         phase_s["start"] = time.monotonic() - t0
         ctx.track(box, alive=True)
         sampler = Sampler(box)
-        with closing(box), sampler:
+        with closing(box), sampler, watch.begin(box):
             try:
-                _phases(trial, agent, box, trial_dir, log, phase_s)
+                _phases(trial, agent, box, trial_dir, log, phase_s, watch.mark)
             finally:
                 log.evidence = box.evidence()  # the counters vanish with the cgroup
+                watch.finish()
                 box.collect_logs(trial_dir / "logs")
                 ctx.track(box, alive=False)
     except Exception as exc:  # a harness bug is recorded too; cancellation propagates
@@ -77,6 +85,7 @@ def run_trial(trial: Trial, backend: Backend, ctx: TrialContext) -> TrialRecord:
         log.api_calls = log.api_calls or tuple(getattr(exc, "calls", ()))
     log.evidence = with_log_evidence(log)
     record = _record(trial, ctx, log, limits, host, sampler, phase_s, started, t0)
+    record = record.model_copy(update={"telemetry": watch.add_to(record.telemetry)})
     (trial_dir / "record.json").write_text(record.model_dump_json(indent=2))
     return record
 
@@ -174,12 +183,15 @@ def _phases(
     trial_dir: Path,
     log: PhaseLog,
     phase_s: dict[str, float],
+    mark: Callable[[str], None] = lambda phase: None,
 ) -> None:
+    mark("agent")
     t = time.monotonic()
     run = agent.run(box, trial.task, timeout_s=trial.task.agent_timeout_s, trial_dir=trial_dir)
     log.agent, log.api_calls, log.trajectory = run.phase, run.api_calls, run.drawn
     phase_s["agent"] = time.monotonic() - t
     _write_trajectory(trial, run, trial_dir)
+    mark("verifier")
     t = time.monotonic()
     verdict = run_verifier(trial.task, box, trial_dir=trial_dir)
     log.verifier, log.reward = verdict.phase, verdict.reward

@@ -17,7 +17,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from levelfield.records import HostContext, Sample
+from levelfield.health import HealthSnapshot, health_between, snapshot
+from levelfield.network import NetworkMeter
+from levelfield.records import Health, HostContext, Sample, Telemetry
 from levelfield.sandbox import Sandbox
 
 SAMPLE_EVERY_S = 0.5  # budget: under 1 % of a core; benchmarks/sandbox_overhead.py checks it
@@ -95,3 +97,42 @@ class Sampler:
         if len(self.samples) >= MAX_SAMPLES:
             self.samples = self.samples[::2]
             self.every_s *= 2
+
+
+class TrialWatch:
+    """Beside the sampler: the trial's own network traffic per phase and the host's health over
+    the trial. `begin` once the sandbox runs, `mark` at each phase, `finish` before the sandbox's
+    cgroup goes (its pressure files go with it), then `add_to` the telemetry."""
+
+    def __init__(self, admission_wait_s: float | None = None) -> None:
+        self.admission_wait_s = admission_wait_s
+        self.meter: NetworkMeter | None = None
+        self._pressure_dir: Path | None = None
+        self._start: HealthSnapshot | None = None
+        self._end: HealthSnapshot | None = None
+
+    def begin(self, box: Sandbox) -> NetworkMeter:
+        seen = box.observables()
+        self._pressure_dir = seen.pressure_dir
+        self._start = snapshot(seen.pressure_dir)
+        self.meter = NetworkMeter(seen.network_pid)
+        return self.meter
+
+    def mark(self, phase: str) -> None:
+        if self.meter is not None:
+            self.meter.mark(phase)
+
+    def finish(self) -> None:
+        if self._start is not None:
+            self._end = snapshot(self._pressure_dir)
+
+    def add_to(self, telemetry: Telemetry) -> Telemetry:
+        health = None
+        if self._start is not None and self._end is not None:
+            health = health_between(
+                self._start, self._end, admission_wait_s=self.admission_wait_s
+            )
+        elif self.admission_wait_s is not None:
+            health = Health(admission_wait_s=round(self.admission_wait_s, 4))
+        network = self.meter.uses() if self.meter is not None else {}
+        return telemetry.model_copy(update={"network": network, "health": health})

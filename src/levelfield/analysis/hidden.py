@@ -1,4 +1,6 @@
-"""Trials with host telemetry → do hour of day, trials in flight or host load move the outcome?
+"""Trials with host telemetry → do the hidden variables move the outcome? Hour of day, weekday,
+trials in flight, host load, pressure stalls (cpu, memory, io), CPU steal, the trial's bandwidth
+(as a quantile of the run's) and the model API's latency.
 
 A sweep interleaves configurations in a seeded random order so that time and load are balanced
 across them; this checks the remaining worry, that they move the outcome at all. Logistic
@@ -9,8 +11,12 @@ Fixed effects are estimable only for tasks (and configurations) whose outcomes v
 always passes has an infinite effect (perfect separation) and says nothing about the covariates
 under conditional inference, so such tasks are dropped first and counted. Anything else that
 separates is caught and reported "not estimable" instead of raising. `local_hour` enters linearly:
-a trend across the day, not a cyclic pattern. Large runs are subsampled (seeded) so the dummy-coded
-design stays under MAX_CELLS cells; the row count used is reported.
+a trend across the day, not a cyclic pattern; `weekday` enters as one dummy per day against the
+first. A covariate enters only when it was recorded for most trials (MIN_COVERAGE) and varies
+enough to be fitted (MIN_VARIED_ROWS off its mode, and a p10–p90 spread of at least MIN_SPREAD
+where one is set); the ones left out are named in `left_out`, with why. Large runs are
+subsampled (seeded) so the dummy-coded design stays under MAX_CELLS cells; the row count used is
+reported.
 """
 
 from __future__ import annotations
@@ -32,7 +38,31 @@ from threadpoolctl import threadpool_limits
 from levelfield.analysis import _tidy
 from levelfield.analysis.estimators import z_value
 
-COVARIATES = ("local_hour", "trials_in_flight", "host_load1")
+COVARIATES = (
+    "local_hour",
+    "trials_in_flight",
+    "host_load1",
+    "bandwidth_quantile",
+    "cpu_pressure_pct",
+    "memory_pressure_pct",
+    "io_pressure_pct",
+    "steal_pct",
+    "api_latency_s",
+)
+CATEGORICAL = ("weekday",)
+WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+# The smallest p10–p90 spread worth a coefficient, in each covariate's unit: below it the fit
+# would read noise of the meter as an effect (a 0.2-point wobble of a stall share, say).
+MIN_SPREAD = {
+    "cpu_pressure_pct": 1.0,
+    "memory_pressure_pct": 1.0,
+    "io_pressure_pct": 1.0,
+    "steal_pct": 0.5,
+    "api_latency_s": 0.05,
+}
+# Bandwidth quantiles always span 0..1; the raw rates must differ by this factor (p90 / p10).
+MIN_BANDWIDTH_RATIO = 1.2
+MIN_COVERAGE = 0.8  # a covariate recorded for fewer trials would drop the others from the fit
 MIN_ROWS = 30  # below this a clustered logit SE is not worth printing
 MAX_CELLS = 1_000_000  # rows × design columns: 8 MB of float64, well under a second of IRLS
 ROWS_PER_TASK = 50  # enough trials per task for its fixed effect; more buys little
@@ -62,6 +92,7 @@ class HiddenVariables:
     n_rows: int
     n_tasks: int
     dropped_tasks: int
+    left_out: tuple[str, ...] = ()  # "steal_pct: barely varies (p10–p90 0.0–0.1)"
 
 
 def hidden_variables(
@@ -70,15 +101,18 @@ def hidden_variables(
     """None when no covariate column is present and varies (nothing to show); otherwise the fit,
     or `estimable=False` with the reason."""
     frame = _frame(trials)
-    covariates = [c for c in COVARIATES if c in frame.columns and frame[c].nunique() > 1]
-    if not covariates:
+    recorded = [c for c in (*COVARIATES, *CATEGORICAL) if c in frame.columns]
+    if not any(frame[c].nunique() > 1 for c in recorded):
         return None
     kept, dropped = _informative(frame)
-    covariates = [c for c in covariates if _varies_enough(kept[c])]
+    covariates, left_out = _choose(kept, recorded, trials)
+    kept = kept.dropna(subset=covariates)
+    kept, dropped_more = _informative(kept)
+    dropped += dropped_more
     n_tasks = int(kept["task"].nunique())
     if len(kept) < MIN_ROWS or n_tasks < 2 or not covariates:
         note = f"too few informative trials ({len(kept)} on {n_tasks} tasks whose outcome varies)"
-        return HiddenVariables(False, note, (), len(kept), n_tasks, dropped)
+        return HiddenVariables(False, note, (), len(kept), n_tasks, dropped, left_out)
     available = len(kept)
     kept, _ = _informative(_subsample(kept, len(covariates), max_cells, seed))
     kept = kept.sort_values(list(kept.columns), kind="stable")  # float sums independent of order
@@ -92,18 +126,20 @@ def hidden_variables(
         ValueError,
     ) as exc:
         note = f"not estimable: {type(exc).__name__}: {exc}"
-        return HiddenVariables(False, note, (), len(kept), n_tasks, dropped)
+        return HiddenVariables(False, note, (), len(kept), n_tasks, dropped, left_out)
     note = (
         f"fit on a seeded subsample of {len(kept)} of {available} trials"
         if len(kept) < available
         else ""
     )
     return HiddenVariables(
-        True, note, coefficients, len(kept), int(kept["task"].nunique()), dropped
+        True, note, coefficients, len(kept), int(kept["task"].nunique()), dropped, left_out
     )
 
 
 def _frame(trials: pd.DataFrame) -> pd.DataFrame:
+    """Covariates stay NaN where a trial did not record them; each fit drops rows only for the
+    covariates it uses."""
     lean = _tidy.check_trials(trials)
     config = (
         lean.groupby(_tidy.identity_columns(lean), sort=True, observed=True).ngroup().to_numpy()
@@ -117,11 +153,56 @@ def _frame(trials: pd.DataFrame) -> pd.DataFrame:
         }
     )
     for column in COVARIATES:
-        if column in trials.columns:
-            values = pd.to_numeric(trials[column], errors="coerce").to_numpy(float)
+        source = "net_throughput_bps" if column == "bandwidth_quantile" else column
+        if source in trials.columns:
+            values = pd.to_numeric(trials[source], errors="coerce").to_numpy(float)
             if not np.isnan(values).all():
                 frame[column] = values
-    return frame.dropna()
+    if "bandwidth_quantile" in frame.columns:
+        frame["bandwidth_quantile"] = frame["bandwidth_quantile"].rank(pct=True)
+    if "weekday" in trials.columns:
+        codes = trials["weekday"].map({d: i for i, d in enumerate(WEEKDAYS)})
+        if codes.notna().any():
+            frame["weekday"] = codes.to_numpy(float)
+    return frame
+
+
+def _choose(
+    frame: pd.DataFrame, recorded: list[str], trials: pd.DataFrame
+) -> tuple[list[str], tuple[str, ...]]:
+    """The covariates to fit, and a line for each one recorded but left out."""
+    chosen, left_out = [], []
+    for name in recorded:
+        column = frame[name]
+        coverage = float(column.notna().mean()) if len(column) else 0.0
+        why = None
+        if coverage < MIN_COVERAGE:
+            what = "used the network" if name == "bandwidth_quantile" else "recorded it"
+            why = f"only {100 * coverage:.0f} % of the informative trials {what}"
+        elif not _varies_enough(column.dropna()):
+            why = "barely varies (constant, or off its usual value in a handful of trials)"
+        else:
+            why = _spread_too_small(name, column.dropna(), trials)
+        if why is None:
+            chosen.append(name)
+        elif column.notna().any():
+            left_out.append(f"{name}: {why}")
+    return chosen, tuple(left_out)
+
+
+def _spread_too_small(name: str, column: pd.Series, trials: pd.DataFrame) -> str | None:
+    if name == "bandwidth_quantile":
+        rates = pd.to_numeric(trials["net_throughput_bps"], errors="coerce").dropna()
+        p10, p90 = (float(rates.quantile(q)) for q in (0.1, 0.9))
+        if p10 > 0 and p90 / p10 >= MIN_BANDWIDTH_RATIO:
+            return None
+        return f"barely varies (p10–p90 {p10 / 2**20:.2f}–{p90 / 2**20:.2f} MiB/s)"
+    if name not in MIN_SPREAD:
+        return None
+    p10, p90 = (float(column.quantile(q)) for q in (0.1, 0.9))
+    if p90 - p10 >= MIN_SPREAD[name]:
+        return None
+    return f"barely varies (p10–p90 {p10:.3g}–{p90:.3g}, under {MIN_SPREAD[name]:g})"
 
 
 def _varies_enough(column: pd.Series) -> bool:
@@ -170,10 +251,13 @@ def _subsample(frame: pd.DataFrame, n_cov: int, max_cells: int, seed: int) -> pd
 
 
 def _fit(frame: pd.DataFrame, covariates: list[str], level: float) -> tuple[Coefficient, ...]:
+    numeric = [c for c in covariates if c not in CATEGORICAL]
+    effects = [_weekday_dummies(frame[c]) for c in covariates if c in CATEGORICAL]
     dummies = [
         pd.get_dummies(frame[c], prefix=c, drop_first=True, dtype=float) for c in ("task", "config")
     ]
-    design = pd.concat([frame[covariates], *dummies], axis=1)
+    design = pd.concat([frame[numeric], *effects, *dummies], axis=1)
+    names = [*numeric, *(name for e in effects for name in e.columns)]
     design = sm.add_constant(design, has_constant="add")
     groups = pd.factorize(frame["task"])[0]
     # One BLAS thread: IRLS solves many small least-squares problems, where OpenBLAS threads only
@@ -185,7 +269,7 @@ def _fit(frame: pd.DataFrame, covariates: list[str], level: float) -> tuple[Coef
         result = model.fit(cov_type="cluster", cov_kwds={"groups": groups})
     z = z_value(level)
     out = []
-    for i, name in enumerate(covariates, start=1):
+    for i, name in enumerate(names, start=1):
         coef, se = float(result.params[i]), float(result.bse[i])
         if not (math.isfinite(coef) and math.isfinite(se)) or abs(coef) > MAX_ABS_LOG_ODDS:
             raise ValueError(f"{name}: log-odds {coef:.3g} per unit (quasi-separation)")
@@ -200,3 +284,12 @@ def _fit(frame: pd.DataFrame, covariates: list[str], level: float) -> tuple[Coef
             )
         )
     return tuple(out)
+
+
+def _weekday_dummies(codes: pd.Series) -> pd.DataFrame:
+    """One column per weekday seen, the first seen being the reference: `weekday[Tue]`."""
+    labels = pd.Categorical([WEEKDAYS[int(c)] for c in codes], categories=list(WEEKDAYS))
+    dummies = pd.get_dummies(labels, dtype=float).loc[:, lambda d: d.sum() > 0]
+    dummies.index = codes.index
+    dummies.columns = [f"weekday[{c}]" for c in dummies.columns]
+    return dummies.iloc[:, 1:]

@@ -30,9 +30,11 @@ from levelfield.analysis.estimators import (
     wilson_interval,
 )
 from levelfield.analysis.hidden import HiddenVariables, hidden_variables
+from levelfield.analysis.nodes import NodeHealth, node_health
 from levelfield.analysis.paired import Comparison, compare_rates
 from levelfield.analysis.sensitivity import TaskSensitivity, task_sensitivity
 from levelfield.analysis.strategy import strategy_kills
+from levelfield.analysis.windows import TimeBreakdown, time_breakdown
 
 _QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95, 1.0)
 
@@ -97,6 +99,8 @@ class RunSummary:
     calibration: tuple[Calibration, ...]
     hidden: HiddenVariables | None
     provenance: Provenance
+    time: TimeBreakdown | None = None  # by hour of day and by window; do the windows differ?
+    nodes: tuple[NodeHealth, ...] = ()  # health readings per node, far-off ones flagged
 
     def to_json(self) -> str:
         return _json.dumps(self)
@@ -142,6 +146,8 @@ def summarize(
         calibration=calibrate_rates(rates, ceilings, margin=margin, alpha=1 - level),
         hidden=hidden_variables(trials, level=level, seed=seed),
         provenance=_provenance(trials),
+        time=time_breakdown(trials, level=level, seed=seed),
+        nodes=node_health(trials),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,20 @@ def _last_attempts(records: list[TrialRecord]) -> list[TrialRecord]:
     return list(latest.values())
 
 
+# The hidden variables of the host and its network (records.Telemetry.network and .health).
+HIDDEN_COLUMNS = (
+    "weekday",
+    "net_rx_bytes",
+    "net_tx_bytes",
+    "net_busy_s",
+    "net_throughput_bps",
+    "index_probe_bps",
+    "cpu_pressure_pct",
+    "memory_pressure_pct",
+    "io_pressure_pct",
+    "steal_pct",
+    "admission_wait_s",
+)
 COLUMNS = (
     "trial_key",
     "task",
@@ -91,6 +106,7 @@ COLUMNS = (
     "tokens_in",
     "tokens_out",
     "cost_usd",
+    *HIDDEN_COLUMNS,
 )
 
 
@@ -144,4 +160,31 @@ def _row(r: TrialRecord) -> dict[str, Any]:
         "tokens_in": r.tokens_in,
         "tokens_out": r.tokens_out,
         "cost_usd": r.cost_usd,
+        **_hidden_columns(r),
     }
+
+
+def _hidden_columns(r: TrialRecord) -> dict[str, Any]:
+    """Pressure is the share of the trial's wall time with some work stalled (PSI `some`), in
+    percent; steal likewise. Absent readings are None, never 0: a kernel without PSI is not a
+    healthy host."""
+    network = r.telemetry.network.get("trial")
+    health = r.telemetry.health
+    probe = r.telemetry.host.index_probe
+    row: dict[str, Any] = {
+        "weekday": datetime.fromisoformat(r.started_at).astimezone(UTC).strftime("%a"),
+        "net_rx_bytes": network.rx_bytes if network else None,
+        "net_tx_bytes": network.tx_bytes if network else None,
+        "net_busy_s": network.busy_s if network else None,
+        "net_throughput_bps": network.throughput_bps if network else None,
+        "index_probe_bps": probe.throughput_bps if probe else None,
+        "steal_pct": None,
+        "admission_wait_s": health.admission_wait_s if health else None,
+    }
+    for resource in ("cpu", "memory", "io"):
+        use = health.host_pressure.get(resource) if health else None
+        share = use.some_stall_s / use.over_s if use and use.over_s > 0 else None
+        row[f"{resource}_pressure_pct"] = None if share is None else 100 * share
+    if health is not None and health.steal_share is not None:
+        row["steal_pct"] = 100 * health.steal_share
+    return row

@@ -23,6 +23,7 @@ from levelfield.errors import HostUnsupported, InputError, LevelfieldError
 from levelfield.executor._reaping import note_reaped
 from levelfield.executor.local import Admission, LocalExecutor, OnTrial
 from levelfield.executor.ray import RayExecutor, RetryPolicy, import_ray
+from levelfield.network import IndexProber
 from levelfield.plan import Trial, concurrency_blocks, estimate_duration_s, plan_trials
 from levelfield.policy import Policy
 from levelfield.records import Reason, TrialRecord
@@ -31,6 +32,8 @@ from levelfield.sandbox import Backend, BackendOptions, get_backend
 from levelfield.store import Store
 from levelfield.tasks import Dataset, TaskProblem, load_dataset
 from levelfield.telemetry import host_id, total_memory_bytes
+
+PROBE_END_WAIT_S = 2.0  # a short run still records a probe of a fast index
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ def run(
         if on_plan:
             on_plan(_plan_info(todo, len(trials) - len(todo), config, store))
         ctx = TrialContext(run_id, run_dir, backend.name, agent_options=config.agent_options)
+        ctx.prober = _prober(config) if todo else None
         if on_this_host:
             note_reaped(store, host=platform.node(), count=backend.reap(run_id), when="start")
         try:
@@ -102,10 +106,26 @@ def run(
         finally:
             if on_this_host:
                 note_reaped(store, host=platform.node(), count=backend.reap(run_id), when="end")
-            store.set_meta({"finished_at": _now()})
+            store.set_meta({"finished_at": _now(), **_probes_meta(ctx.prober, store.meta())})
     return RunResult(
         run_dir, run_id, len(trials), len(trials) - len(todo), executed, dataset.problems, todo
     )
+
+
+def _prober(config: RunConfig) -> IndexProber | None:
+    if config.index_probe_every_s <= 0:
+        return None
+    return IndexProber(every_s=config.index_probe_every_s, probe_file=config.index_probe_file)
+
+
+def _probes_meta(prober: IndexProber | None, old: dict[str, Any]) -> dict[str, Any]:
+    """Every probe of every invocation, for the report's host context; a probe still running
+    at the end gets a moment to finish, never the full timeout."""
+    if prober is None:
+        return {}
+    prober.wait(PROBE_END_WAIT_S)
+    done = [p.model_dump(mode="json") for p in prober.results]
+    return {"index_probes": [*old.get("index_probes", []), *done]} if done else {}
 
 
 def _plan(config: RunConfig, dataset: Dataset, policies: list[Policy]) -> list[Trial]:

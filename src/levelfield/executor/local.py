@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -111,9 +112,11 @@ class LocalExecutor:
     def _one(self, trial: Trial, admission: Admission, stop: threading.Event) -> TrialRecord:
         if stop.is_set():
             raise KeyboardInterrupt
+        asked = time.monotonic()
         try:
             with admission.admit(trial.limits, stop):
-                return run_trial(trial, self.backend, self.ctx)
+                waited = time.monotonic() - asked
+                return run_trial(trial, self.backend, self.ctx, admission_wait_s=waited)
         except AdmissionError as exc:
             return record_without_sandbox(trial, self.ctx, exc)
 

@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from levelfield.analysis.summary import RunSummary
-from levelfield.report import _figures
+from levelfield.report import _figures, timing
 from levelfield.report import _format as f
 from levelfield.report.markdown import render_card
 
@@ -65,6 +65,7 @@ def render_html(summary: RunSummary) -> str:
             ),
         ),
         _section("hidden", "Hidden variables", _hidden(summary)),
+        _section("time", "By hour of day and by window", _time(summary)),
         _section("card", "Disclosure card", _markdown(render_card(summary))),
     ]
     return (
@@ -226,7 +227,25 @@ def _hidden(summary: RunSummary) -> str:
         f"clustered by task; {hidden.n_rows} trials on {hidden.n_tasks} tasks "
         f"({hidden.dropped_tasks} tasks with constant outcome left out). {_e(hidden.note)}</p>"
     )
+    if hidden.left_out:
+        note += f"<p class='note'>Left out: {_e('; '.join(hidden.left_out))}</p>"
     return _table(("variable", "log-odds per unit [CI]", "odds ratio", "p"), rows) + note
+
+
+def _time(summary: RunSummary) -> str:
+    """Score and infra errors by hour and window, the windows test, node health, left-outs."""
+    time, out = summary.time, []
+    if time is not None and time.by_hour:
+        out.append(_table(("hour", *timing.SLOT_HEADER[1:]), timing.slot_rows(time.by_hour)))
+    if time is not None and len(time.by_window) > 1:
+        out.append(_table(("window", *timing.SLOT_HEADER[1:]), timing.slot_rows(time.by_window)))
+    if time is not None and time.window_tests:
+        out.append("<p>Do the windows differ? Friedman's statistic on the per-task scores' ranks "
+                   "within each task; p from permuting them, Holm over configurations.</p>")
+        out.append(_table(timing.TEST_HEADER, timing.test_rows(summary)))
+    if summary.nodes:
+        out.append(_table(timing.NODE_HEADER, timing.node_rows(summary)))
+    return "\n".join(out) or "<p class='note'>One window, no hour of day or host health.</p>"
 
 
 def _markdown(text: str) -> str:

@@ -15,6 +15,7 @@ from levelfield.analysis.paired import Comparison
 from levelfield.analysis.power import PowerAnalysis
 from levelfield.analysis.summary import ConfigSummary, RunSummary
 from levelfield.report import _format as f
+from levelfield.report import timing
 
 TOP_TASKS = 10
 
@@ -43,6 +44,8 @@ def show_summary(summary: RunSummary, console: Console | None = None) -> None:
         console.print(hidden_table(summary.hidden))
     elif summary.hidden is not None:
         console.print(f"hidden variables: {summary.hidden.note}")
+    for part in timing.terminal_tables(summary):
+        console.print(part)
 
 
 def scores_table(summary: RunSummary) -> Table:

@@ -46,6 +46,15 @@ class Usage:
     storage_free_bytes: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Observables:
+    """Where telemetry reads what the trial alone did: a pid inside its network namespace
+    (/proc/PID/net/dev) and its cgroup v2 directory (cpu/memory/io.pressure); None = not here."""
+
+    network_pid: int | None = None
+    pressure_dir: Path | None = None
+
+
 class Sandbox(Protocol):
     """One started trial environment whose limits the kernel enforces."""
 
@@ -67,6 +76,8 @@ class Sandbox(Protocol):
     def evidence(self) -> Evidence: ...  # kernel counters; read before close()
 
     def collect_logs(self, dest: Path) -> None: ...  # /logs of the sandbox, kept with the trial
+
+    def observables(self) -> Observables: ...  # for the network meter and the health readings
 
     def close(self) -> None: ...
 

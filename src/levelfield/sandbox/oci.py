@@ -33,6 +33,7 @@ from levelfield.records import Evidence, PhaseResult
 from levelfield.sandbox import (
     BackendOptions,
     Enforcement,
+    Observables,
     Usage,
     _cgroup,
     _container,
@@ -466,6 +467,13 @@ class OciSandbox:
             sandbox_alive=alive,
             notes=tuple(self.notes),
         )
+
+    def observables(self) -> Observables:
+        """The container's init shares its network namespace: its net/dev is the trial's. Only
+        when its pid is this host's (the cgroup was found): a remote engine's pid is not."""
+        if self.cgroup is None:
+            return Observables()
+        return Observables(self.init_pid or None, self.cgroup.dirs.get("unified"))
 
     def collect_logs(self, dest: Path) -> None:
         """Copy the container's /logs tree to `dest` (works on a stopped container too)."""

@@ -26,9 +26,11 @@ from levelfield.records import Evidence, PhaseResult
 from levelfield.sandbox import (
     BackendOptions,
     Enforcement,
+    Observables,
     Usage,
     _bwrap,
     _cgroup,
+    _netns,
     _output,
     _workspace,
 )
@@ -97,17 +99,21 @@ class ProcessBackend:
         if problems:
             raise HostUnsupported("; ".join(problems))
         cgroup = _cgroup.TrialCgroup(self.cgroups, self.options.run_id, trial_id)
-        workspace = None
+        workspace = network = None
         try:
             cgroup.create(limits)
             workspace = _workspace.create_workspace(
                 trial_dir, task.workdir, limits.storage_ceiling_bytes
             )
             _seed_workdir(task, workspace.binds[task.workdir])
-            return ProcessSandbox.launch(task, limits, cgroup, workspace, trial_dir)
+            if task.allow_internet:  # its own namespace, so that its byte counters are its own
+                network = _netns.create(self.options.run_id, trial_id)
+            return ProcessSandbox.launch(task, limits, cgroup, workspace, trial_dir, network)
         except BaseException:
             cgroup.kill_all()
             cgroup.remove()
+            if network is not None:
+                _netns.destroy(network)
             if workspace is not None:
                 _workspace.destroy_workspace(workspace)
             raise
@@ -115,6 +121,7 @@ class ProcessBackend:
     def reap(self, run_id: str) -> int:
         """Processes, cgroups and mounted disks of `run_id`'s trials that a dead harness left."""
         removed = len({path.name for path in _cgroup.reap(self.cgroups, run_id)})  # trials
+        removed += _netns.reap(run_id)  # after the cgroups: no process holds a namespace then
         trials = (self.options.run_dir / "trials").resolve()
         for point in _workspace.mounts_under(trials):
             _workspace.unmount(Path(point))
@@ -158,6 +165,7 @@ class ProcessSandbox:
         self._storage_peak = 0
         self._lock = threading.Lock()
         self._closed = False
+        self.network: _netns.TrialNetwork | None = None
 
     @classmethod
     def launch(
@@ -167,14 +175,16 @@ class ProcessSandbox:
         cgroup: _cgroup.TrialCgroup,
         workspace: _workspace.Workspace,
         trial_dir: Path,
+        network: _netns.TrialNetwork | None = None,
     ) -> ProcessSandbox:
         read_fd, write_fd = os.pipe()
         argv = _bwrap.bwrap_argv(
             workspace.binds,
             workdir=task.workdir,
-            allow_network=bool(task.allow_internet),  # off unless the task asks for it
+            allow_network=network is not None,  # off unless the task asks for it
             info_fd=write_fd,
         )
+        argv = [*network.enter_argv(), *argv] if network is not None else argv
         with open(trial_dir / "sandbox.log", "ab") as log:
             init = subprocess.Popen(
                 _joined(cgroup, argv),
@@ -188,7 +198,9 @@ class ProcessSandbox:
             init_pid = _read_child_pid(read_fd, init, trial_dir / "sandbox.log")
         finally:
             os.close(read_fd)
-        return cls(task, limits, cgroup, workspace, init, init_pid)
+        box = cls(task, limits, cgroup, workspace, init, init_pid)
+        box.network = network
+        return box
 
     def exec(
         self,
@@ -294,7 +306,15 @@ class ProcessSandbox:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._init.wait(timeout=5)
         self.cgroup.remove()
+        if self.network is not None:
+            _netns.destroy(self.network)
         _workspace.destroy_workspace(self.workspace)
+
+    def observables(self) -> Observables:
+        """No network, nothing to meter: the trial's namespace then holds only loopback."""
+        pressure = self.cgroup.dirs["unified"] if self.cgroup.is_v2 else None
+        network_pid = self.init_pid if self.network is not None else None
+        return Observables(network_pid=network_pid, pressure_dir=pressure)
 
 
 def _empty_dir(path: Path) -> None:

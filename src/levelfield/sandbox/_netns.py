@@ -1,0 +1,279 @@
+"""A trial's own network: a named network namespace, a veth pair to the host, and NAT out.
+
+Why: a trial that shares the host's network namespace shares its counters too, so the bytes a
+trial downloaded could not be told from everything else the host moved. In its own namespace,
+`/proc/PID/net/dev` of any process in it counts the trial's traffic alone (`counters`).
+
+Layout of one trial (names derived from the run and trial ids, so `reap` finds exactly what a
+killed run left): namespace `lf-<run>-<trial>` under /run/netns; host end `lfh<hash>` with the
+first address of a /30 from SUBNET_POOL; trial end renamed `eth0` with the second address and a
+default route through the host end; a MASQUERADE rule and two FORWARD accepts tagged with the
+comment `levelfield:<run>:<trial>`. IPv6 is off inside, so router solicitations do not count as
+traffic. Addresses are link-local (169.254/16, away from the cloud metadata address), so they do
+not collide with the private ranges a host's own networks use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import ipaddress
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from levelfield.errors import HostUnsupported, SandboxStartError
+
+NETNS_DIR = Path("/run/netns")
+NAME_PREFIX = "lf-"
+TAG_PREFIX = "levelfield:"
+# 4096 /30 blocks; 169.254.169.254 (cloud metadata) lies outside, in 169.254.128.0/18.
+SUBNET_POOL = ipaddress.ip_network("169.254.192.0/18")
+LOCK_PATH = Path("/run/levelfield/netns.lock")  # one allocator across every harness on the host
+IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+COMMAND_TIMEOUT_S = 30.0
+_COMMENT = re.compile(r'--comment "?([^" ]+)"?')
+TOOLS = (("ip", "iproute2"), ("iptables", "iptables"), ("iptables-restore", "iptables"))
+
+
+@dataclass(frozen=True, slots=True)
+class NetCounters:
+    """Bytes and packets through every interface of a namespace but loopback."""
+
+    rx_bytes: int
+    tx_bytes: int
+    rx_packets: int = 0
+    tx_packets: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TrialNetwork:
+    name: str
+    host_if: str
+    host_addr: str
+    trial_addr: str
+    subnet: str
+    tag: str
+
+    @property
+    def path(self) -> Path:
+        return NETNS_DIR / self.name
+
+    def enter_argv(self) -> list[str]:
+        """Prefix that runs a command inside this namespace (the bwrap init, then its phases)."""
+        return ["nsenter", f"--net={self.path}", "--"]
+
+
+def problems() -> list[str]:
+    return [
+        f"{tool} not found on PATH (Debian: apt-get install {pkg})"
+        for tool, pkg in TOOLS
+        if shutil.which(tool) is None
+    ]
+
+
+def counters(pid: int) -> NetCounters | None:
+    """The namespace of `pid` as /proc/PID/net/dev sees it; None once the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/net/dev").read_text()
+    except OSError:
+        return None
+    return parse_net_dev(text)
+
+
+def parse_net_dev(text: str) -> NetCounters:
+    """`iface: rx_bytes rx_packets ... (8 fields) tx_bytes tx_packets ...`; loopback left out."""
+    rx = tx = rxp = txp = 0
+    for line in text.splitlines()[2:]:
+        name, _, rest = line.partition(":")
+        fields = rest.split()
+        if name.strip() == "lo" or len(fields) < 10:
+            continue
+        rx, rxp = rx + int(fields[0]), rxp + int(fields[1])
+        tx, txp = tx + int(fields[8]), txp + int(fields[9])
+    return NetCounters(rx, tx, rxp, txp)
+
+
+def namespace_name(run_id: str, trial_id: str) -> str:
+    return f"{NAME_PREFIX}{run_id}-{trial_id}"
+
+
+def _host_if(name: str) -> str:
+    """Interface names hold 15 bytes: a hash of the namespace name keeps them short and unique."""
+    return "lfh" + hashlib.sha256(name.encode()).hexdigest()[:10]
+
+
+def create(run_id: str, trial_id: str) -> TrialNetwork:
+    """The namespace, its veth pair, route and NAT; SandboxStartError (nothing left) on failure."""
+    missing = problems()
+    if missing:
+        raise HostUnsupported("a trial with network needs " + "; ".join(missing))
+    name = namespace_name(run_id, trial_id)
+    tag = f"{TAG_PREFIX}{run_id}:{trial_id}"
+    with _allocation_lock():
+        if (NETNS_DIR / name).exists():
+            _remove(name, tag)  # a half-made namespace of a killed earlier attempt
+        subnet = _free_subnet(_used_addresses(), name)
+        hosts = list(subnet.hosts())
+        net = TrialNetwork(name, _host_if(name), str(hosts[0]), str(hosts[1]), str(subnet), tag)
+        try:
+            _build(net)
+        except BaseException:
+            _remove(name, tag)
+            raise
+    return net
+
+
+def destroy(net: TrialNetwork) -> None:
+    """The rules this trial added, deleted as written (one call); a scan only if that fails."""
+    _run(["ip", "-force", "-batch", "-"], stdin=_unlink_script(net.name), check=False)
+    deleted = _run(["iptables-restore", "-w", "--noflush"], stdin=_rules(net, "-D"), check=False)
+    if deleted is None and shutil.which("iptables-save"):
+        _delete_rules(net.tag)
+
+
+def reap(run_id: str) -> int:
+    """Namespaces, veths and NAT rules of `run_id` that a dead harness left; returns the count."""
+    prefix = namespace_name(run_id, "")
+    names = sorted(p.name for p in NETNS_DIR.glob(f"{prefix}*")) if NETNS_DIR.is_dir() else []
+    for name in names:
+        _remove(name, f"{TAG_PREFIX}{run_id}:{name[len(prefix):]}")
+    if shutil.which("iptables-save"):
+        _delete_rules(f"{TAG_PREFIX}{run_id}:", prefix=True)  # rules left without a namespace
+    return len(names)
+
+
+def _build(net: TrialNetwork) -> None:
+    """Four commands: the host side, the trial side, IPv6 off inside, the NAT rules."""
+    trial_if = "lfn" + net.host_if[3:]
+    outside = [
+        f"netns add {net.name}",
+        f"link add {net.host_if} type veth peer name {trial_if} netns {net.name}",
+        f"addr add {net.host_addr}/30 dev {net.host_if}",
+        f"link set {net.host_if} up",
+    ]
+    inside = [
+        f"link set {trial_if} name eth0",
+        f"addr add {net.trial_addr}/30 dev eth0",
+        "link set eth0 up",
+        "link set lo up",
+        f"route add default via {net.host_addr}",
+    ]
+    _run(["ip", "-batch", "-"], stdin="\n".join(outside) + "\n")
+    _run(["ip", "-n", net.name, "-batch", "-"], stdin="\n".join(inside) + "\n")
+    _run([*net.enter_argv(), "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1",
+          "net.ipv6.conf.default.disable_ipv6=1"])
+    _enable_forwarding()
+    _run(["iptables-restore", "-w", "--noflush"], stdin=_rules(net, "-I"))
+
+
+def _rules(net: TrialNetwork, verb: str) -> str:
+    """The trial's three rules, to insert (-I) or delete (-D) in one iptables-restore."""
+    comment = f'-m comment --comment "{net.tag}"'
+    nat_verb = "-A" if verb == "-I" else "-D"
+    return "\n".join([
+        "*nat",
+        f"{nat_verb} POSTROUTING -s {net.subnet} ! -o {net.host_if} {comment} -j MASQUERADE",
+        "COMMIT",
+        "*filter",
+        f"{verb} FORWARD -i {net.host_if} {comment} -j ACCEPT",
+        f"{verb} FORWARD -o {net.host_if} {comment} -j ACCEPT",
+        "COMMIT",
+    ]) + "\n"
+
+
+def _unlink_script(name: str) -> str:
+    """Deleting the host end deletes its peer; the namespace goes once nothing holds it."""
+    lines = [f"link del {_host_if(name)}"]
+    if (NETNS_DIR / name).exists():
+        lines.append(f"netns del {name}")
+    return "\n".join(lines) + "\n"
+
+
+def _enable_forwarding() -> None:
+    """NAT needs the host to forward; container engines turn it on the same way."""
+    with contextlib.suppress(OSError):
+        if IP_FORWARD.read_text().strip() != "1":
+            IP_FORWARD.write_text("1")
+
+
+def _remove(name: str, tag: str) -> None:
+    """Idempotent, for leftovers whose rules are not known: each part may already be gone."""
+    _run(["ip", "-force", "-batch", "-"], stdin=_unlink_script(name), check=False)
+    if shutil.which("iptables-save"):
+        _delete_rules(tag)
+
+
+def _delete_rules(tag: str, *, prefix: bool = False) -> None:
+    """Every rule whose comment is `tag` (or starts with it), in the nat and filter tables."""
+    for table in ("nat", "filter"):
+        saved = _run(["iptables-save", "-t", table], check=False) or ""
+        deletions = []
+        for line in saved.splitlines():
+            found = _COMMENT.search(line) if line.startswith("-A ") else None
+            comment = found.group(1) if found else ""
+            if comment == tag or (prefix and comment.startswith(tag)):
+                deletions.append("-D" + line[2:])
+        if deletions:
+            script = "\n".join([f"*{table}", *deletions, "COMMIT"]) + "\n"
+            _run(["iptables-restore", "-w", "--noflush"], stdin=script, check=False)
+
+
+def _used_addresses() -> set[ipaddress.IPv4Network]:
+    out = _run(["ip", "-4", "-o", "addr", "show"], check=False) or ""
+    used = set()
+    for line in out.splitlines():
+        parts = line.split()
+        if "inet" in parts:
+            iface = ipaddress.ip_interface(parts[parts.index("inet") + 1])
+            used.add(ipaddress.ip_network(f"{iface.ip}/30", strict=False))
+    return used
+
+
+def _free_subnet(used: set[ipaddress.IPv4Network], name: str) -> ipaddress.IPv4Network:
+    """The first /30 of the pool not in use, searched from a point the name hashes to."""
+    blocks = list(SUBNET_POOL.subnets(new_prefix=30))
+    start = int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) % len(blocks)
+    for i in range(len(blocks)):
+        block = blocks[(start + i) % len(blocks)]
+        if block not in used:
+            return block
+    raise SandboxStartError(f"no free /30 left in {SUBNET_POOL} for a trial network")
+
+
+@contextlib.contextmanager
+def _allocation_lock() -> Iterator[None]:
+    LOCK_PATH.parent.mkdir(parents=True, exist_ok=True)
+    with open(LOCK_PATH, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _run(argv: list[str], *, stdin: str | None = None, check: bool = True) -> str | None:
+    """stdout; on failure SandboxStartError, or None when `check` is off."""
+    try:
+        proc = subprocess.run(
+            argv,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        if check:
+            raise SandboxStartError(f"trial network: {' '.join(argv[:4])}: {exc}") from exc
+        return None
+    if proc.returncode != 0:
+        if not check:
+            return None
+        detail = proc.stderr.strip()[-300:]
+        raise SandboxStartError(f"trial network: {' '.join(argv[:5])} failed: {detail}")
+    return proc.stdout

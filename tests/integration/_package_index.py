@@ -1,0 +1,151 @@
+"""A package index with one file of known size, served from a network namespace the test makes.
+
+Run as a script inside that namespace (`ip netns exec NAME python _package_index.py ...`): a
+PEP 503 page at /simple/<project>/ linking the file with its sha256, and the file at
+/files/<name>, sent at a fixed rate so that a download lasts long enough to be seen by a sampler.
+The namespace's address is reachable from the host, from a process trial's own namespace (through
+its veth and NAT) and from a container (through the engine's bridge): every path a trial's
+download takes, and none of it leaves the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import itertools
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from levelfield.sandbox import _netns
+
+PORT = 8080
+CHUNK = 64 * 1024
+START_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class PackageIndex:
+    host: str
+    port: int
+    project: str
+    filename: str
+    size_bytes: int
+
+    @property
+    def index_url(self) -> str:
+        return f"http://{self.host}:{self.port}/simple/"
+
+    @property
+    def file_path(self) -> str:
+        return f"/files/{self.filename}"
+
+    def download_command(self, dest: str = "/app/downloaded") -> str:
+        """bash's /dev/tcp: works in any image with bash, with no curl or python needed."""
+        return self.fetch_command(dest) + " && touch /app/done"
+
+    def fetch_command(self, dest: str = "/app/downloaded") -> str:
+        """Download the file; fails unless all of it (and the headers) arrived."""
+        return (
+            f"exec 3<>/dev/tcp/{self.host}/{self.port} && "
+            f"printf 'GET {self.file_path} HTTP/1.0\\r\\nHost: index\\r\\n\\r\\n' >&3 && "
+            f"cat <&3 > {dest} && exec 3<&- && "
+            f'test "$(wc -c < {dest})" -gt {self.size_bytes}'
+        )
+
+
+@contextlib.contextmanager
+def package_index(
+    root: Path, *, size_bytes: int, rate_bps: int | list[int], project: str = "probe"
+) -> Iterator[PackageIndex]:
+    """Start the index in its own namespace; everything it made is removed on exit. Several
+    rates are taken in turn, one per download of the file."""
+    run_id = f"idx{os.getpid()}"
+    filename = f"{project}-1.0-py3-none-any.whl"
+    files = root / "files"
+    files.mkdir(parents=True, exist_ok=True)
+    (files / filename).write_bytes(os.urandom(size_bytes))
+    net = _netns.create(run_id, root.name[-12:])
+    script = Path(__file__).resolve()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", net.name, sys.executable, str(script), "--bind", net.trial_addr,
+         "--root", str(files), "--project", project, "--rate",
+         ",".join(map(str, rate_bps if isinstance(rate_bps, list) else [rate_bps]))],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_listening(net.trial_addr, PORT, server)
+        yield PackageIndex(net.trial_addr, PORT, project, filename, size_bytes)
+    finally:
+        server.kill()
+        server.wait()
+        _netns.reap(run_id)
+
+
+def _wait_listening(host: str, port: int, server: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline and server.poll() is None:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"package index at {host}:{port} did not start")
+
+
+def _handler(root: Path, project: str, rates: list[int]) -> type[BaseHTTPRequestHandler]:
+    (wheel,) = sorted(root.iterdir())
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    turn = itertools.count()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") == f"/simple/{project}":
+                link = f'<a href="../../files/{wheel.name}#sha256={digest}">{wheel.name}</a>'
+                self._send(f"<html><body>{link}</body></html>".encode(), "text/html")
+            elif self.path == f"/files/{wheel.name}":
+                rate = rates[next(turn) % len(rates)]
+                self._send(wheel.read_bytes(), "application/octet-stream", rate)
+            else:
+                self.send_error(404)
+
+        def _send(self, body: bytes, kind: str, rate: int = 0) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            started = time.monotonic()
+            for offset in range(0, len(body), CHUNK):
+                self.wfile.write(body[offset : offset + CHUNK])
+                if rate:
+                    ahead = (offset + CHUNK) / rate - (time.monotonic() - started)
+                    if ahead > 0:
+                        time.sleep(ahead)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bind", required=True)
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--rate", default="0", help="bytes/s, or several taken in turn: 1,4")
+    args = parser.parse_args()
+    handler = _handler(args.root, args.project, [int(r) for r in args.rate.split(",")])
+    ThreadingHTTPServer((args.bind, PORT), handler).serve_forever()
+
+
+if __name__ == "__main__":
+    main()
