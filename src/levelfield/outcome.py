@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Final
 
 from levelfield import errors
-from levelfield.records import ApiCall, Evidence, Outcome, PhaseResult, Reason
+from levelfield.records import ApiCall, Evidence, ImageRecord, Outcome, PhaseResult, Reason
 
 OUTCOME_OF: Final = MappingProxyType(
     {
@@ -59,6 +59,7 @@ class PhaseLog:
     evidence: Evidence | None = None
     error: BaseException | None = None
     api_calls: tuple[ApiCall, ...] = ()
+    image: ImageRecord | None = None
 
 
 def reason_for_error(exc: BaseException) -> Reason:

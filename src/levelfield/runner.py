@@ -63,6 +63,7 @@ def run_trial(trial: Trial, backend: Backend, ctx: TrialContext) -> TrialRecord:
         task = replace(trial.task, allow_internet=True) if agent.needs_network else trial.task
         box = backend.start(task, limits, trial_id=trial.key, trial_dir=trial_dir)
         phase_s["start"] = time.monotonic() - t0
+        log.image = box.image
         ctx.track(box, alive=True)
         sampler = Sampler(box)
         with closing(box), sampler:
@@ -121,6 +122,7 @@ def _record(
         finished_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         duration_s=round(time.monotonic() - t0, 3),
         api_calls=log.api_calls,
+        image=log.image,
     )
 
 

@@ -14,7 +14,7 @@ from typing import ClassVar, Protocol
 
 from levelfield.errors import RunConfigError
 from levelfield.policy import Limits
-from levelfield.records import Evidence, PhaseResult
+from levelfield.records import Evidence, ImageRecord, PhaseResult
 from levelfield.tasks import Task
 
 
@@ -48,6 +48,8 @@ class Usage:
 
 class Sandbox(Protocol):
     """One started trial environment whose limits the kernel enforces."""
+
+    image: ImageRecord | None  # the image it runs (oci); None on the host's userland
 
     def exec(
         self,
@@ -90,6 +92,7 @@ class BackendOptions:
     run_id: str
     run_dir: Path
     uv_shim: bool = False  # oci: place uv/uvx before the verifier (offline machines)
+    image_mode: str = "auto"  # oci: auto | prebuilt | build (`_pull.ImageMode`)
 
 
 _BACKENDS: Mapping[str, str] = {

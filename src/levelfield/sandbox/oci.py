@@ -22,28 +22,34 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 from levelfield.errors import HostUnsupported, SandboxDied, SandboxStartError
 from levelfield.policy import Limits
-from levelfield.records import Evidence, PhaseResult
+from levelfield.records import Evidence, ImageRecord, PhaseResult
 from levelfield.sandbox import (
     BackendOptions,
     Enforcement,
     Usage,
     _cgroup,
     _container,
+    _engine,
     _images,
     _offline,
     _output,
+    _pull,
 )
 from levelfield.tasks import Task
 
-# Where Docker and `podman system service` put their API socket (rootful, then rootless podman).
-SOCKET_PATHS = ("/var/run/docker.sock", "/run/podman/podman.sock")
+# Re-exported: doctor and the tests ask the engine through the backend's module.
+EngineReport = _engine.EngineReport
+engine_report = _engine.engine_report
+find_engine_url = _engine.find_engine_url
+SOCKET_PATHS = _engine.SOCKET_PATHS
+
 LABEL_RUN = "levelfield.run"
 LABEL_TRIAL = "levelfield.trial"
 LABEL_TASK = "levelfield.task"
@@ -62,6 +68,7 @@ class OciSettings:
     uv_shim: bool = False  # place uv/uvx (+ CPython 3.13 for `uvx -p 3.13`) with the tests
     cache_dir: Path = _offline.DEFAULT_CACHE_DIR
     storage_quota: bool = True  # try StorageOpt size=; off after the engine refuses it once
+    image_mode: _pull.ImageMode = _pull.ImageMode.AUTO
 
     @classmethod
     def from_env(cls) -> OciSettings:
@@ -70,76 +77,13 @@ class OciSettings:
         return cls(uv_shim=os.environ.get("LEVELFIELD_UV_SHIM", "") in ("1", "true", "yes"))
 
 
-@dataclass(frozen=True, slots=True)
-class EngineReport:
-    """For `levelfield doctor`: which engine answers, and how it runs containers."""
-
-    found: bool
-    url: str | None
-    engine: str | None = None  # "podman" or "docker"
-    version: str | None = None
-    api_version: str | None = None
-    cgroup_version: str | None = None
-    cgroup_driver: str | None = None
-    runtime: str | None = None
-    problems: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        if not self.found:
-            return f"no container engine: {'; '.join(self.problems)}"
-        return (
-            f"{self.engine} {self.version} (API {self.api_version}) at {self.url}, "
-            f"cgroup v{self.cgroup_version} ({self.cgroup_driver}), runtime {self.runtime}"
-        )
-
-
-def find_engine_url() -> str | None:
-    """DOCKER_HOST if set, else the first API socket that exists."""
-    if os.environ.get("DOCKER_HOST"):
-        return os.environ["DOCKER_HOST"]
-    for path in SOCKET_PATHS:
-        if Path(path).is_socket():
-            return f"unix://{path}"
-    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime_dir and (Path(runtime_dir) / "podman" / "podman.sock").is_socket():
-        return f"unix://{runtime_dir}/podman/podman.sock"
-    return None
-
-
-def engine_report(base_url: str | None = None) -> EngineReport:
-    """Ping the engine and read its version and cgroup mode; never raises."""
-    url = base_url or find_engine_url()
-    if url is None:
-        tried = ", ".join(SOCKET_PATHS)
-        return EngineReport(False, None, problems=(f"DOCKER_HOST unset and no socket at {tried}",))
-    try:
-        import docker
-    except ImportError:
-        return EngineReport(False, url, problems=("the docker SDK is missing: pip install docker",))
-    try:
-        client = docker.DockerClient(base_url=url, timeout=10)
-        version, info = client.version(), client.info()
-    except Exception as exc:  # any failure to reach it is the report's content
-        return EngineReport(False, url, problems=(f"engine at {url} did not answer: {exc}",))
-    components = {c.get("Name", "").lower() for c in version.get("Components") or []}
-    is_podman = any("podman" in name for name in components)
-    return EngineReport(
-        True,
-        url,
-        engine="podman" if is_podman else "docker",
-        version=version.get("Version"),
-        api_version=version.get("ApiVersion"),
-        cgroup_version=str(info.get("CgroupVersion") or "?"),
-        cgroup_driver=info.get("CgroupDriver"),
-        runtime=info.get("DefaultRuntime"),
-    )
-
-
-def host_config_args(limits: Limits) -> dict[str, Any]:
+def host_config_args(limits: Limits, host_cpus: int | None = None) -> dict[str, Any]:
     """Limits → Docker's HostConfig, as Docker and Kubernetes read them. Uncapped = left unset.
 
     Swap equals the memory ceiling (MemorySwap = Memory), so the ceiling is a kill point, as a
     Kubernetes limit is. The pids ceiling stays on whatever the policy (policy.DEFAULT_PIDS_MAX).
+    A CPU ceiling above the host's CPUs cannot bind, and Docker refuses it: it becomes the
+    host's CPU count (`describe_applied` says so).
     """
     args: dict[str, Any] = {
         "mem_reservation": limits.memory_floor_bytes,
@@ -150,7 +94,8 @@ def host_config_args(limits: Limits) -> dict[str, Any]:
         args["memswap_limit"] = limits.memory_ceiling_bytes
         args["mem_reservation"] = min(limits.memory_floor_bytes, limits.memory_ceiling_bytes)
     if limits.cpu_ceiling is not None:
-        args["nano_cpus"] = int(limits.cpu_ceiling * NANO_CPUS_PER_CPU)
+        cpus = min(limits.cpu_ceiling, host_cpus) if host_cpus else limits.cpu_ceiling
+        args["nano_cpus"] = int(cpus * NANO_CPUS_PER_CPU)
     if limits.pids_max is not None:
         args["pids_limit"] = limits.pids_max
     return args
@@ -174,6 +119,7 @@ class OciBackend:
         self._storage_quota = self.settings.storage_quota
         self._quota_refused = ""  # the engine's reason, repeated in every trial's notes
         self._lock = threading.Lock()
+        self._pulls = _pull.PullCache()  # one pull per pinned image per invocation
 
     @property
     def client(self) -> Any:
@@ -224,21 +170,31 @@ class OciBackend:
     def start(self, task: Task, limits: Limits, *, trial_id: str, trial_dir: Path) -> OciSandbox:
         client = self.client
         try:
-            image = _images.ensure_image(client, task, images_dir=self.options.run_dir / "images")
+            image = _images.ensure_image(
+                client,
+                task,
+                images_dir=self.options.run_dir / "images",
+                mode=self.settings.image_mode,
+                pulls=self._pulls,
+                network=self.report().build_network,
+            )
         except SandboxStartError:
             raise
         except Exception as exc:
             raise SandboxStartError(f"image for {task.name}: {type(exc).__name__}: {exc}") from exc
         trial_dir.mkdir(parents=True, exist_ok=True)
-        args = host_config_args(limits)
+        args = host_config_args(limits, self.report().cpus)
         if self._storage_quota and limits.storage_ceiling_bytes is not None:
             args["storage_opt"] = {"size": str(limits.storage_ceiling_bytes)}
         container_id = self._create(task, image.tag, args, trial_id)
         notes = [describe_applied(args), image.describe(), f"engine: {self.report().describe()}"]
+        if "nano_cpus" in args and args["nano_cpus"] < (limits.cpu_ceiling or 0) * 1e9:
+            notes.append(f"cpu ceiling {limits.cpu_ceiling:g} > the host's CPUs: applied as all")
         if limits.storage_ceiling_bytes is not None and "storage_opt" not in args:
             notes.append(f"storage ceiling not enforced: {self._quota_refused or 'disabled'}")
         try:
             sandbox = OciSandbox(client, container_id, task, limits, notes)
+            sandbox.image = image.record()
             sandbox.prepare(uv_shim=self.settings.uv_shim)
             return sandbox
         except BaseException as exc:
@@ -266,7 +222,7 @@ class OciBackend:
             },
         }
         # Harbor's default: network on unless task.toml turns it off (TB2 verifiers need it).
-        network = "none" if task.allow_internet is False else "bridge"
+        network = self.report().network_for(task.allow_internet)
         for attempt in ("with quota", "without quota"):
             try:
                 host_config = api.create_host_config(
@@ -286,6 +242,22 @@ class OciBackend:
                     continue
                 raise SandboxStartError(f"create/start of {task.name} failed: {exc}") from exc
         raise AssertionError("unreachable")
+
+    def prepare(self, tasks: Sequence[Task]) -> None:
+        """Before the first trial: pull each pinned image once. Under `--image prebuilt` an image
+        neither pullable nor present stops the run here, before any trial is spent on it."""
+        if self.settings.image_mode is _pull.ImageMode.BUILD:
+            return
+        for name in sorted({t.docker_image for t in tasks if t.docker_image}):
+            try:
+                self._pulls.get(self.client, name)
+            except SandboxStartError as exc:
+                if self.settings.image_mode is _pull.ImageMode.PREBUILT:
+                    users = sorted(t.name for t in tasks if t.docker_image == name)
+                    raise SandboxStartError(
+                        f"sandbox_error before any trial ({', '.join(users)}): {exc}. Nothing "
+                        "was stored: bring the registry up, or run with --image build or auto"
+                    ) from exc
 
     def reap(self, run_id: str) -> int:
         """Containers, networks and volumes labelled with `run_id` that a dead harness left."""
@@ -324,13 +296,22 @@ def build_offline_bases(
     """`levelfield images offline-bases`: stand-ins for the FROM images no registry serves here."""
     backend = OciBackend(BackendOptions("offline-bases", cache_dir), OciSettings(base_url))
     return _offline.build_offline_bases(
-        backend.client, cache_dir=cache_dir, mirror=mirror, with_uv=with_uv, log=log
+        backend.client,
+        cache_dir=cache_dir,
+        mirror=mirror,
+        with_uv=with_uv,
+        log=log,
+        network=backend.report().build_network,
     )
 
 
 def create(options: BackendOptions, settings: OciSettings | None = None) -> OciBackend:
-    if settings is None and options.uv_shim:
-        settings = dataclasses.replace(OciSettings.from_env(), uv_shim=True)
+    if settings is None:
+        settings = dataclasses.replace(
+            OciSettings.from_env(),
+            uv_shim=options.uv_shim or OciSettings.from_env().uv_shim,
+            image_mode=_pull.ImageMode(options.image_mode),
+        )
     return OciBackend(options, settings)
 
 
@@ -365,8 +346,10 @@ class OciSandbox:
         if self.cgroup is None:
             notes.append("container cgroup not readable from this host: evidence from the engine")
         self._snapshot = _Snapshot()
+        self._created_s = time.time() - 1.0  # events are asked for from here on
         self._closed = False
         self._uv_shim = False
+        self.image: ImageRecord | None = None
 
     def prepare(self, *, uv_shim: bool) -> None:
         """Create /logs/{agent,verifier,artifacts}, as Harbor's mounts would."""
@@ -450,9 +433,14 @@ class OciSandbox:
         return bool(self._state().get("Running"))
 
     def evidence(self) -> Evidence:
-        alive = self.is_alive()
+        state = self._state()
+        alive = bool(state.get("Running"))
         self._remember_counters()
         c = self._snapshot.counters
+        if c.oom_kills or state.get("OOMKilled"):
+            self._snapshot.engine_oom_killed |= _engine.engine_saw_oom(
+                self.api, self.container_id, self._created_s, state
+            )
         return Evidence(
             oom_kills=max(c.oom_kills, int(self._snapshot.engine_oom_killed)),
             memory_failcnt=c.memory_failcnt,
@@ -464,6 +452,7 @@ class OciSandbox:
             cpu_usage_s=c.cpu_usage_s,
             storage_ceiling_bytes=self.limits.storage_ceiling_bytes,
             sandbox_alive=alive,
+            engine_oom_killed=self._snapshot.engine_oom_killed,
             notes=tuple(self.notes),
         )
 
