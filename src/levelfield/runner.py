@@ -23,6 +23,7 @@ from levelfield.plan import Trial
 from levelfield.policy import Limits
 from levelfield.records import Evidence, HostContext, Telemetry, TrialRecord
 from levelfield.sandbox import Backend, Sandbox
+from levelfield.tasks import Task
 from levelfield.telemetry import Sampler, host_context
 from levelfield.verifier import run_verifier
 
@@ -40,8 +41,12 @@ class TrialContext:
     node: str | None = None
     concurrency: int = 1
     agent_options: AgentOptions = field(default_factory=AgentOptions)
+    route: Callable[[Task], str] | None = None  # auto: the backend a task is sent to
     live: set[Sandbox] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def backend_for(self, task: Task) -> str:
+        return self.route(task) if self.route is not None else self.backend_name
 
     def trial_dir(self, trial: Trial) -> Path:
         return (self.run_dir / "trials" / trial.key).resolve()
@@ -102,7 +107,7 @@ def _record(
         policy=trial.policy.name,
         repeat=trial.repeat,
         window=trial.window,
-        backend=ctx.backend_name,
+        backend=ctx.backend_for(trial.task),
         concurrency=ctx.concurrency,
         outcome=outcome_of(reason),
         reason=reason,
@@ -139,7 +144,7 @@ def record_without_sandbox(trial: Trial, ctx: TrialContext, exc: BaseException) 
         policy=trial.policy.name,
         repeat=trial.repeat,
         window=trial.window,
-        backend=ctx.backend_name,
+        backend=ctx.backend_for(trial.task),
         concurrency=ctx.concurrency,
         outcome=outcome_of(reason),
         reason=reason,

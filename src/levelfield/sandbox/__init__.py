@@ -96,6 +96,7 @@ class BackendOptions:
 
 
 _BACKENDS: Mapping[str, str] = {
+    "auto": "levelfield.sandbox.auto",  # each task where its environment exists
     "process": "levelfield.sandbox.process",
     "oci": "levelfield.sandbox.oci",
 }
