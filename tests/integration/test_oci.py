@@ -147,6 +147,36 @@ def test_twice_the_spec_is_oom_killed_under_strict_and_passes_uncapped(
     assert "unset: mem_limit, memswap_limit, nano_cpus" in " ".join(uncapped.evidence.notes)
 
 
+def test_storage_ceiling_on_a_loop_mounted_volume_is_storage_exhausted(
+    make_task: MakeTask, backend: object, tmp_path: Path
+) -> None:
+    """Overlay here has no xfs pquota, so the engine refuses --storage-opt size: the ceiling
+    becomes an ext4 volume of exactly its size, seeded with the image's own /app."""
+    from levelfield.sandbox._workspace import mounts_under
+
+    dockerfile = "FROM debian:bookworm-slim\nWORKDIR /app\nCOPY seed.txt /app/seed.txt\n"
+    fill = "dd if=/dev/zero of=/app/blob bs=1M count=40 && touch /app/done"
+    root = make_task(
+        "disk",
+        solve=fill,
+        storage_mb=24,
+        test="test -e /app/done && grep -q seeded /app/seed.txt",
+        files={"environment/Dockerfile": dockerfile, "environment/seed.txt": "seeded\n"},
+    )
+    task = load_task(root)
+    strict = _run(backend, task, "strict", tmp_path / "strict")
+    assert (strict.outcome, strict.reason) == (Outcome.INFRA_ERROR, Reason.STORAGE_EXHAUSTED)
+    assert strict.evidence.storage_full and strict.evidence.storage_ceiling_bytes == 24 << 20
+    assert "loop-mounted ext4 volume" in " ".join(strict.evidence.notes)
+    assert "No space left on device" in (
+        strict.agent_phase.output_tail if strict.agent_phase else ""
+    )
+    roomy = _run(backend, task, "headroom", tmp_path / "headroom")  # 72 MiB: the image's seed.txt
+    assert (roomy.outcome, roomy.reason) == (Outcome.PASSED, Reason.TESTS_PASSED), roomy.error
+    assert 40 << 20 <= (roomy.evidence.storage_used_bytes or 0) <= 72 << 20
+    assert mounts_under(tmp_path.resolve()) == []
+
+
 def test_a_failed_build_is_a_sandbox_error_with_the_build_log_tail(
     make_task: MakeTask, backend: object, tmp_path: Path
 ) -> None:
