@@ -183,6 +183,7 @@ def run_on_node(trial: Trial, attempt: int, where: NodeRun) -> NodeResult:
     backend: Backend = get_backend(
         where.backend_name, BackendOptions(where.run_id, where.trial_root)
     )
+    ctx.route = getattr(backend, "name_for", None)  # auto: routed on the node, as locally
     if attempt > 1:
         backend = _AttemptBackend(backend, attempt)  # type: ignore[assignment]
     with _in_flight_marker(where.run_id, node_id, f"{trial.key}-a{attempt}") as count:

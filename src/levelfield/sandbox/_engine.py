@@ -72,6 +72,15 @@ def find_engine_url() -> str | None:
     return None
 
 
+def other_engine_urls(used: str | None) -> list[str]:
+    """The known sockets that exist here besides the one in use (for `levelfield doctor`)."""
+    return [
+        f"unix://{path}"
+        for path in SOCKET_PATHS
+        if Path(path).is_socket() and f"unix://{path}" != used
+    ]
+
+
 def engine_report(base_url: str | None = None) -> EngineReport:
     """Ping the engine and read its version, cgroup mode and networks; never raises."""
     url = base_url or find_engine_url()
