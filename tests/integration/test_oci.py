@@ -194,6 +194,16 @@ def test_sandbox_exec_timeout_signal_copy_and_background_processes(
     limits = apply_policy(PRESETS["headroom"], task.spec)
     box = backend.start(task, limits, trial_id="box", trial_dir=tmp_path)  # type: ignore[attr-defined]
     try:
+        # Limits as applied: the engine's HostConfig and the kernel's own cgroup files.
+        host = box.api.inspect_container(box.container_id)["HostConfig"]
+        ceiling = limits.memory_ceiling_bytes
+        assert host["Memory"] == host["MemorySwap"] == ceiling
+        assert host["PidsLimit"] == limits.pids_max
+        cpus = min(limits.cpu_ceiling or 0, os.cpu_count() or 1)
+        assert host["NanoCpus"] == int(cpus * 1_000_000_000)
+        memory_dir = box.cgroup.dirs["unified" if box.cgroup.is_v2 else "memory"]
+        limit_file = "memory.max" if box.cgroup.is_v2 else "memory.limit_in_bytes"
+        assert int((memory_dir / limit_file).read_text()) == ceiling
         log = tmp_path / "exec.log"
         slow = box.exec("echo started; sleep 30", timeout_s=1, log_path=log)
         assert slow.timed_out and slow.exit_code is None and slow.duration_s < 5
