@@ -169,7 +169,7 @@ def test_a_tag_moved_between_two_invocations_of_a_sweep_is_flagged(
     (drift,) = summary.provenance.image_drift
     assert image in drift and first[:19] in drift and second[:19] in drift
     card = render_card(summary)
-    assert "Image drift" in card and "pulled: 2 trials" in card
+    assert "Image drift" in card and "prebuilt, pulled: 2 trials" in card
     with reading(out) as store:
         assert store.count() == 2
     docker_client.api.remove_image(image, force=True)  # type: ignore[attr-defined]

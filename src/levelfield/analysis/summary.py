@@ -276,6 +276,13 @@ def _provenance(trials: pd.DataFrame) -> Provenance:
     )
 
 
+_IMAGE_SOURCE = {
+    "built": "built from environment/",
+    "pulled": "prebuilt, pulled",
+    "present": "prebuilt",
+}
+
+
 def _images(trials: pd.DataFrame) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Which images the trials ran (prebuilt or built), and every prebuilt tag whose digest
     changed within the run: its trials did not all run the same environment."""
@@ -283,7 +290,10 @@ def _images(trials: pd.DataFrame) -> tuple[tuple[str, ...], tuple[str, ...]]:
         return (), ()
     rows = trials.dropna(subset=["image_source"])
     counts = rows["image_source"].value_counts()
-    images = tuple(f"{source}: {int(n)} trials" for source, n in sorted(counts.items()))
+    images = tuple(
+        f"{_IMAGE_SOURCE.get(str(source), source)}: {int(n)} trials"
+        for source, n in sorted(counts.items())
+    )
     prebuilt = rows[rows["image_source"] != "built"]
     drift = []
     for name, group in prebuilt.groupby("image", sort=True):

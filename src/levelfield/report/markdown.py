@@ -21,6 +21,8 @@ def render_card(summary: RunSummary) -> str:
     backend = f.info_value(info, "backend")
     if backend == "unknown" and prov.backends:
         backend = ", ".join(prov.backends)
+    elif backend == "auto" and prov.backends:
+        backend = f"auto: {', '.join(prov.backends)}"
     lines = [
         f"# Disclosure card: run {f.info_value(info, 'run_id')}",
         "",
