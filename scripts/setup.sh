@@ -2,7 +2,8 @@
 # Sets up levelfield on a Debian host, as root, into .venv. Idempotent: a second run only checks.
 #   scripts/setup.sh          what `levelfield run/sweep/report` need (process backend)
 #   scripts/setup.sh test     plus what the test suite exercises for real: Chromium (HTML
-#                             report), podman + runc + stand-in base images (oci backend), Ray,
+#                             report), podman + runc and the Docker Engine + stand-in base
+#                             images (oci backend), the image registry (docker-registry), Ray,
 #                             the model SDKs, and Node.js (a CLI agent installed with npm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ profile="${1:-run}"
 
 packages=(bubblewrap e2fsprogs util-linux procps iproute2 iptables python3-venv)
 if [ "$profile" = test ]; then
-  packages+=(chromium)
+  packages+=(chromium docker-registry)
   command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 missing=()
@@ -31,4 +32,7 @@ extras=""
 if [ "$profile" = test ]; then
   bash scripts/oci_setup.sh           # podman, runc, its API socket (~10-30 s fresh, <1 s after)
   bash scripts/offline_bases.sh .venv/bin/python  # stand-in bases: ~5 min once, then cached
+  bash scripts/docker_setup.sh        # the Docker Engine beside podman (~20 s fresh, <1 s after)
+  DOCKER_HOST=unix:///run/levelfield-docker.sock \
+    bash scripts/offline_bases.sh .venv/bin/python  # the same bases in Docker (cached: ~15 s)
 fi

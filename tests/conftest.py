@@ -52,7 +52,8 @@ MakeTask = Callable[..., Path]
 @pytest.fixture
 def make_task(tmp_path: Path) -> MakeTask:
     """Writes a Harbor-format task; `solve` and `test` are bash bodies (test defaults to
-    checking /app/done exists)."""
+    checking /app/done exists). It declares the host's userland (the process backend under
+    --backend auto) unless `userland` says otherwise."""
 
     def make(
         name: str = "t",
@@ -66,6 +67,7 @@ def make_task(tmp_path: Path) -> MakeTask:
         verifier_timeout: float = 30,
         extra_toml: str = "",
         files: dict[str, str] | None = None,
+        userland: str | None = "host",
     ) -> Path:
         root = tmp_path / "dataset" / name
         for part in ("environment", "tests", "solution"):
@@ -74,6 +76,7 @@ def make_task(tmp_path: Path) -> MakeTask:
             textwrap.dedent(f"""\
             version = "1.0"
             [environment]
+            {f'userland = "{userland}"' if userland else ""}
             cpus = {cpus}
             memory_mb = {memory_mb}
             storage_mb = {storage_mb}

@@ -2,7 +2,8 @@
 
 Problems stop a task from running (malformed task.toml, missing test.sh) or make its score
 meaningless (it passes with the nop agent); warnings are worth a look (unknown task.toml keys,
-no reference solution, Dockerfile RUN steps the process backend does not replay).
+no reference solution, Dockerfile RUN steps the process backend does not replay). Each task also
+gets the backend `--backend auto` will send it to, and why.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from levelfield.config import RunConfig
 from levelfield.records import Outcome
+from levelfield.sandbox.auto import route_task
 from levelfield.tasks import Task, load_dataset
 
 
@@ -22,6 +24,8 @@ class TaskCheck:
     path: Path
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    backend: str = ""  # what --backend auto sends it to, and why
+    why: str = ""
 
 
 @dataclass
@@ -34,7 +38,7 @@ class DatasetCheck:
         return any(t.problems for t in self.tasks)
 
 
-def check_dataset(path: Path, *, with_nop: bool = False, backend: str = "process") -> DatasetCheck:
+def check_dataset(path: Path, *, with_nop: bool = False, backend: str = "auto") -> DatasetCheck:
     dataset = load_dataset(path)
     checks = [TaskCheck(p.path.name, p.path, problems=[p.message]) for p in dataset.problems]
     loaded = {t.name: _check_task(t) for t in dataset.tasks}
@@ -46,13 +50,14 @@ def check_dataset(path: Path, *, with_nop: bool = False, backend: str = "process
 
 
 def _check_task(task: Task) -> TaskCheck:
-    check = TaskCheck(task.name, task.path)
+    route = route_task(task)
+    check = TaskCheck(task.name, task.path, backend=route.backend, why=route.why)
     if task.unknown_keys:
         check.warnings.append(f"task.toml: unknown keys {', '.join(task.unknown_keys)}")
     if not task.has_solution:
         check.warnings.append("solution/solve.sh missing: the oracle cannot run")
     steps = task.dockerfile_run_steps()
-    if steps:
+    if steps and route.backend == "process":
         check.warnings.append(
             f"environment/Dockerfile has {len(steps)} RUN step(s): the process "
             "backend runs on the host's userland and skips them (use --backend oci)"

@@ -38,6 +38,14 @@ UV_SHIM_HELP = (
     "for machines where test.sh cannot download it; see `levelfield images`."
 )
 RunDir = Annotated[Path, typer.Argument(help="A run directory written by `levelfield run`.")]
+BACKEND_HELP = (
+    "auto (default): a task whose environment is an image (Dockerfile FROM, docker_image) runs "
+    'on oci, one declaring environment.userland = "host" on process. Or process, or oci.'
+)
+IMAGE_HELP = (
+    "oci: prebuilt = task.toml's pinned docker_image, pulled when absent; build = from "
+    "environment/; auto = prebuilt when present or pullable, else build. Trials record which."
+)
 
 
 EXECUTOR_HELP = (
@@ -73,9 +81,8 @@ def run(
     ] = None,
     repeats: Annotated[int, typer.Option(min=1, help="Trials per task, agent and policy.")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="Trials in flight at once.")] = 1,
-    backend: Annotated[
-        str, typer.Option(help="process (cgroups + bubblewrap) or oci.")
-    ] = "process",
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "auto",
+    image: Annotated[str, typer.Option(help=IMAGE_HELP)] = "auto",
     uv_shim: Annotated[bool, typer.Option(help=UV_SHIM_HELP)] = False,
     seed: Annotated[int, typer.Option(help="Seed of the interleaved trial order.")] = 0,
     window: Annotated[
@@ -137,6 +144,7 @@ def run(
         repeats=repeats,
         concurrency=concurrency,
         backend=backend,
+        image=image,
         uv_shim=uv_shim or None,
         seed=seed,
         window=window,
@@ -181,7 +189,8 @@ def sweep(
         ),
     ] = "default",
     seed: Annotated[int, typer.Option(help="Seed of the interleaved order.")] = 0,
-    backend: Annotated[str, typer.Option(help="process or oci.")] = "process",
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "auto",
+    image: Annotated[str, typer.Option(help=IMAGE_HELP)] = "auto",
     uv_shim: Annotated[bool, typer.Option(help=UV_SHIM_HELP)] = False,
     html: Annotated[Path | None, typer.Option(help="Also write the HTML report here.")] = None,
     report: Annotated[bool, typer.Option(help="Print the report when done.")] = True,
@@ -213,6 +222,7 @@ def sweep(
         window=window,
         seed=seed,
         backend=backend,
+        image=image,  # type: ignore[arg-type]
         uv_shim=uv_shim,
         executor=executor,
         ray_address=ray_address,
@@ -301,9 +311,10 @@ def tasks_check(
     with_nop: Annotated[
         bool, typer.Option(help="Also run the nop agent: a task it passes is broken.")
     ] = False,
-    backend: Annotated[str, typer.Option(help="Backend for --with-nop.")] = "process",
+    backend: Annotated[str, typer.Option(help="Backend for --with-nop.")] = "auto",
 ) -> None:
-    """Validate every task; list problems and warnings; exit 1 if any task has a problem."""
+    """Validate every task; list problems and warnings, and the backend each task will get
+    under --backend auto, and why; exit 1 if any task has a problem."""
     from levelfield.checks import check_dataset
     from levelfield.report.checks import show_task_checks
 
@@ -324,13 +335,17 @@ def doctor() -> None:
 
 
 @app.command()
-def reap(run_dir: RunDir, backend: Annotated[str, typer.Option()] = "process") -> None:
+def reap(
+    run_dir: RunDir,
+    backend: Annotated[str | None, typer.Option(help="Default: the run's own.")] = None,
+) -> None:
     """Remove processes, cgroups and disks a killed run left (a resumed run does this itself)."""
     from levelfield.sandbox import BackendOptions, get_backend
     from levelfield.store import reading
 
     with reading(run_dir) as store:
         run_id = store.meta()["run_id"]
+        backend = backend or store.meta().get("backend") or "process"
     count = get_backend(backend, BackendOptions(run_id, run_dir.resolve())).reap(run_id)
     console.print(f"reaped {count} leftovers of run {run_id}")
 

@@ -39,7 +39,16 @@ class RunConfig(BaseModel):
         description="Trials in flight as a factor of the design: each level gets its own "
         "trials, run in alternating blocks.",
     )
-    backend: str = "process"
+    backend: str = Field(
+        "auto",
+        description="auto: a task whose environment is an image runs on oci, one declaring "
+        'environment.userland = "host" on process; or process, or oci for every task.',
+    )
+    image: Literal["auto", "prebuilt", "build"] = Field(
+        "auto",
+        description="oci: prebuilt = task.toml's docker_image (pulled when absent); build = "
+        "environment/; auto = prebuilt when present or pullable, else build.",
+    )
     uv_shim: bool = Field(False, description="oci: place uv/uvx from PyPI before the verifier, "
                           "for offline machines where test.sh cannot download it.")
     executor: Literal["local", "ray"] = Field(

@@ -117,8 +117,17 @@ def _engines() -> list[Check]:
                 "oci",
             )
         ]
+    from levelfield.sandbox._engine import other_engine_urls
+
     report = engine_report()
-    return [Check("container engine", report.found, report.describe(), "oci")]
+    checks = [Check("container engine", report.found, report.describe(), "oci")]
+    for url in other_engine_urls(report.url):  # another engine here (podman beside Docker)
+        other = engine_report(url)
+        if other.found:
+            checks.append(
+                Check("other engine", True, f"{other.describe()} (DOCKER_HOST={url})", "oci")
+            )
+    return checks
 
 
 def _output(argv: list[str]) -> str:

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Final
 
 from levelfield import errors
-from levelfield.records import ApiCall, Evidence, Outcome, PhaseResult, Reason
+from levelfield.records import ApiCall, Evidence, ImageRecord, Outcome, PhaseResult, Reason
 
 OUTCOME_OF: Final = MappingProxyType(
     {
@@ -60,6 +60,7 @@ class PhaseLog:
     error: BaseException | None = None
     api_calls: tuple[ApiCall, ...] = ()
     trajectory: str | None = None  # what a population agent drew; never read by classify()
+    image: ImageRecord | None = None
 
 
 def reason_for_error(exc: BaseException) -> Reason:

@@ -70,6 +70,11 @@ class Evidence(_Frozen):
     storage_ceiling_bytes: int | None = None
     storage_full: bool = Field(False, description="Free space fell to ~0 at some point.")
     sandbox_alive: bool = Field(True, description="Whether the sandbox's init survived the trial.")
+    engine_oom_killed: bool | None = Field(
+        None,
+        description="oci: the engine's own OOMKilled flag, kept beside the cgroup counter "
+        "(Docker sets it; Podman on cgroup v1 does not). None on process.",
+    )
     notes: tuple[str, ...] = ()
 
 
@@ -169,6 +174,19 @@ class ApiCall(_Frozen):
     tokens_out: int | None = None
 
 
+class ImageRecord(_Frozen):
+    """The image an oci trial ran: scores on a pinned prebuilt image and on a fresh build of
+    the Dockerfile are not comparable, so every trial says which it had."""
+
+    name: str = Field(description="The task's docker_image, or levelfield/<task>:<hash>.")
+    digest: str = Field(description="Registry digest (sha256:...) if prebuilt; else the ID.")
+    source: Literal["built", "pulled", "present"] = Field(
+        description="built from environment/; pulled from its registry; present in the engine "
+        "already and the registry not reached."
+    )
+    stand_in: str | None = Field(None, description="The offline base it was built on, if any.")
+
+
 class TrialRecord(_Frozen):
     schema_version: Literal[1] = 1
     trial_key: str = Field(description="Deterministic: resume skips stored keys.")
@@ -198,6 +216,7 @@ class TrialRecord(_Frozen):
         description="The recorded trajectory an agent drew for this trial (population); "
         "the same for every policy at the same task, repeat and window.",
     )
+    image: ImageRecord | None = Field(None, description="oci: the image the trial ran.")
     started_at: str
     finished_at: str
     duration_s: float

@@ -24,6 +24,7 @@ from levelfield.plan import Trial
 from levelfield.policy import Limits
 from levelfield.records import Evidence, HostContext, Telemetry, TrialRecord
 from levelfield.sandbox import Backend, Sandbox
+from levelfield.tasks import Task
 from levelfield.telemetry import Sampler, TrialWatch, host_context
 from levelfield.verifier import run_verifier
 
@@ -41,9 +42,13 @@ class TrialContext:
     node: str | None = None
     concurrency: int = 1
     agent_options: AgentOptions = field(default_factory=AgentOptions)
+    route: Callable[[Task], str] | None = None  # auto: the backend a task is sent to
     live: set[Sandbox] = field(default_factory=set)
     prober: IndexProber | None = None  # the run's package-index probe, recorded as host context
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def backend_for(self, task: Task) -> str:
+        return self.route(task) if self.route is not None else self.backend_name
 
     def trial_dir(self, trial: Trial) -> Path:
         return (self.run_dir / "trials" / trial.key).resolve()
@@ -70,6 +75,7 @@ def run_trial(
         task = replace(trial.task, allow_internet=True) if agent.needs_network else trial.task
         box = backend.start(task, limits, trial_id=trial.key, trial_dir=trial_dir)
         phase_s["start"] = time.monotonic() - t0
+        log.image = box.image
         ctx.track(box, alive=True)
         sampler = Sampler(box)
         with closing(box), sampler, watch.begin(box):
@@ -110,7 +116,7 @@ def _record(
         policy=trial.policy.name,
         repeat=trial.repeat,
         window=trial.window,
-        backend=ctx.backend_name,
+        backend=ctx.backend_for(trial.task),
         concurrency=ctx.concurrency,
         outcome=outcome_of(reason),
         reason=reason,
@@ -131,6 +137,7 @@ def _record(
         duration_s=round(time.monotonic() - t0, 3),
         api_calls=log.api_calls,
         trajectory=log.trajectory,
+        image=log.image,
     )
 
 
@@ -147,7 +154,7 @@ def record_without_sandbox(trial: Trial, ctx: TrialContext, exc: BaseException) 
         policy=trial.policy.name,
         repeat=trial.repeat,
         window=trial.window,
-        backend=ctx.backend_name,
+        backend=ctx.backend_for(trial.task),
         concurrency=ctx.concurrency,
         outcome=outcome_of(reason),
         reason=reason,

@@ -12,7 +12,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -44,6 +44,9 @@ class _EnvironmentSection(_Section):
     build_timeout_sec: float = Field(600.0, gt=0)
     docker_image: str | None = None
     allow_internet: bool | None = None
+    # levelfield's own key: "host" = the task runs on the host's userland (process backend);
+    # "image" (the default) = on its image, whose userland its tests expect.
+    userland: Literal["image", "host"] = "image"
 
     @model_validator(mode="after")
     def _sizes_parse(self) -> _EnvironmentSection:
@@ -94,6 +97,7 @@ class Task:
     # backend follows Harbor, whose default is on (Terminal-Bench verifiers install pytest).
     allow_internet: bool | None = None
     docker_image: str | None = None
+    userland: str = "image"  # "host": declared to run on the host's userland (process)
     metadata: dict[str, Any] = field(default_factory=dict)
     unknown_keys: tuple[str, ...] = ()
 
@@ -183,6 +187,7 @@ def load_task(path: Path) -> Task:
         workdir=_workdir_of(path / "environment" / "Dockerfile"),
         allow_internet=env.allow_internet,
         docker_image=env.docker_image,
+        userland=env.userland,
         metadata=dict(config.metadata),
         unknown_keys=tuple(_unknown_keys(config)),
     )

@@ -44,26 +44,50 @@ TB2_OFFLINE = [
 ]
 
 
-def _engine_problems() -> list[str]:
+# Each engine on the socket its setup script serves: scripts/oci_setup.sh (podman) and
+# scripts/docker_setup.sh (Debian's docker.io); every test below runs against both.
+ENGINES = {
+    "podman": "unix:///run/podman/podman.sock",
+    "docker": "unix:///run/levelfield-docker.sock",
+}
+
+
+def _engine_problems(url: str, kind: str) -> list[str]:
     try:
         from levelfield.sandbox import oci
     except ImportError as exc:
         return [f"the oci extra ({exc})"]
-    report = oci.engine_report()
+    report = oci.engine_report(url)
+    if report.found and report.engine != kind:
+        return [f"{url} serves {report.engine}, not {kind}"]
     return list(report.problems)
 
 
+@pytest.fixture(scope="session", params=sorted(ENGINES))
+def engine(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The engine under test, as DOCKER_HOST for this process and the harnesses it starts."""
+    url = ENGINES[request.param]
+    require(_engine_problems(url, request.param), f"the {request.param} engine")
+    saved = os.environ.get("DOCKER_HOST")
+    os.environ["DOCKER_HOST"] = url
+    yield request.param
+    if saved is None:
+        os.environ.pop("DOCKER_HOST", None)
+    else:
+        os.environ["DOCKER_HOST"] = saved
+
+
 @pytest.fixture(scope="session")
-def stand_ins() -> None:
-    """The offline bases (cached after the first build on a machine: seconds)."""
-    require(_engine_problems(), "an OCI engine")
+def stand_ins(engine: str) -> str:
+    """The offline bases in this engine (cached after the first build on a machine: seconds)."""
     from levelfield.sandbox import oci
 
-    oci.build_offline_bases(log=lambda line: print(f"offline-bases: {line}"))
+    oci.build_offline_bases(log=lambda line: print(f"offline-bases ({engine}): {line}"))
+    return engine
 
 
 @pytest.fixture
-def backend(tmp_path: Path, stand_ins: None) -> Iterator[object]:
+def backend(tmp_path: Path, stand_ins: str) -> Iterator[object]:
     from levelfield.sandbox import oci
 
     run_id = f"t{os.getpid()}-{tmp_path.name[-12:]}"
@@ -113,12 +137,44 @@ def test_twice_the_spec_is_oom_killed_under_strict_and_passes_uncapped(
     strict = _run(backend, task, "strict", tmp_path / "strict")
     assert (strict.outcome, strict.reason) == (Outcome.INFRA_ERROR, Reason.OOM_KILLED)
     assert strict.evidence.oom_kills >= 1  # from memory.oom_control, not the engine's OOMKilled
+    # Beside it, the engine's own flag: Docker sets it; Podman on cgroup v1 reports false.
+    assert strict.evidence.engine_oom_killed is (backend.report().engine == "docker")  # type: ignore[attr-defined]
     assert strict.agent_phase is not None and strict.agent_phase.exit_code == 137
     uncapped = _run(backend, task, "uncapped", tmp_path / "uncapped")
     assert (uncapped.outcome, uncapped.reason) == (Outcome.PASSED, Reason.TESTS_PASSED)
     assert uncapped.evidence.oom_kills == 0
     assert (uncapped.evidence.memory_peak_bytes or 0) > 128 << 20
     assert "unset: mem_limit, memswap_limit, nano_cpus" in " ".join(uncapped.evidence.notes)
+
+
+def test_storage_ceiling_on_a_loop_mounted_volume_is_storage_exhausted(
+    make_task: MakeTask, backend: object, tmp_path: Path
+) -> None:
+    """Overlay here has no xfs pquota, so the engine refuses --storage-opt size: the ceiling
+    becomes an ext4 volume of exactly its size, seeded with the image's own /app."""
+    from levelfield.sandbox._workspace import mounts_under
+
+    dockerfile = "FROM debian:bookworm-slim\nWORKDIR /app\nCOPY seed.txt /app/seed.txt\n"
+    fill = "dd if=/dev/zero of=/app/blob bs=1M count=40 && touch /app/done"
+    root = make_task(
+        "disk",
+        solve=fill,
+        storage_mb=24,
+        test="test -e /app/done && grep -q seeded /app/seed.txt",
+        files={"environment/Dockerfile": dockerfile, "environment/seed.txt": "seeded\n"},
+    )
+    task = load_task(root)
+    strict = _run(backend, task, "strict", tmp_path / "strict")
+    assert (strict.outcome, strict.reason) == (Outcome.INFRA_ERROR, Reason.STORAGE_EXHAUSTED)
+    assert strict.evidence.storage_full and strict.evidence.storage_ceiling_bytes == 24 << 20
+    assert "loop-mounted ext4 volume" in " ".join(strict.evidence.notes)
+    assert "No space left on device" in (
+        strict.agent_phase.output_tail if strict.agent_phase else ""
+    )
+    roomy = _run(backend, task, "headroom", tmp_path / "headroom")  # 72 MiB: the image's seed.txt
+    assert (roomy.outcome, roomy.reason) == (Outcome.PASSED, Reason.TESTS_PASSED), roomy.error
+    assert 40 << 20 <= (roomy.evidence.storage_used_bytes or 0) <= 72 << 20
+    assert mounts_under(tmp_path.resolve()) == []
 
 
 def test_a_failed_build_is_a_sandbox_error_with_the_build_log_tail(
@@ -138,6 +194,16 @@ def test_sandbox_exec_timeout_signal_copy_and_background_processes(
     limits = apply_policy(PRESETS["headroom"], task.spec)
     box = backend.start(task, limits, trial_id="box", trial_dir=tmp_path)  # type: ignore[attr-defined]
     try:
+        # Limits as applied: the engine's HostConfig and the kernel's own cgroup files.
+        host = box.api.inspect_container(box.container_id)["HostConfig"]
+        ceiling = limits.memory_ceiling_bytes
+        assert host["Memory"] == host["MemorySwap"] == ceiling
+        assert host["PidsLimit"] == limits.pids_max
+        cpus = min(limits.cpu_ceiling or 0, os.cpu_count() or 1)
+        assert host["NanoCpus"] == int(cpus * 1_000_000_000)
+        memory_dir = box.cgroup.dirs["unified" if box.cgroup.is_v2 else "memory"]
+        limit_file = "memory.max" if box.cgroup.is_v2 else "memory.limit_in_bytes"
+        assert int((memory_dir / limit_file).read_text()) == ceiling
         log = tmp_path / "exec.log"
         slow = box.exec("echo started; sleep 30", timeout_s=1, log_path=log)
         assert slow.timed_out and slow.exit_code is None and slow.duration_s < 5
@@ -222,7 +288,7 @@ def test_tb2_oracle_passes_under_headroom(name: str, backend: object, tmp_path: 
 
 
 def test_kill_9_mid_run_then_resume_runs_every_trial_once_with_no_container_left(
-    make_task: MakeTask, stand_ins: None, tmp_path: Path
+    make_task: MakeTask, stand_ins: str, tmp_path: Path
 ) -> None:
     from levelfield.store import reading
 

@@ -83,6 +83,8 @@ class Provenance:
     hosts: tuple[str, ...]
     backends: tuple[str, ...]
     concurrency: tuple[int, ...]
+    images: tuple[str, ...] = ()  # "pulled 3, built 1" style counts of trials per image source
+    image_drift: tuple[str, ...] = ()  # a prebuilt tag seen at several digests in this run
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,4 +276,43 @@ def _provenance(trials: pd.DataFrame) -> Provenance:
     if "concurrency" in trials.columns:
         values = pd.to_numeric(trials["concurrency"], errors="coerce").dropna()
         concurrency = tuple(sorted(int(v) for v in pd.unique(values)))
-    return Provenance(started[0], started[1], distinct("host_id"), distinct("backend"), concurrency)
+    images, drift = _images(trials)
+    return Provenance(
+        started[0],
+        started[1],
+        distinct("host_id"),
+        distinct("backend"),
+        concurrency,
+        images,
+        drift,
+    )
+
+
+_IMAGE_SOURCE = {
+    "built": "built from environment/",
+    "pulled": "prebuilt, pulled",
+    "present": "prebuilt",
+}
+
+
+def _images(trials: pd.DataFrame) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Which images the trials ran (prebuilt or built), and every prebuilt tag whose digest
+    changed within the run: its trials did not all run the same environment."""
+    if "image_source" not in trials.columns:
+        return (), ()
+    rows = trials.dropna(subset=["image_source"])
+    counts = rows["image_source"].value_counts()
+    images = tuple(
+        f"{_IMAGE_SOURCE.get(str(source), source)}: {int(n)} trials"
+        for source, n in sorted(counts.items())
+    )
+    prebuilt = rows[rows["image_source"] != "built"]
+    drift = []
+    for name, group in prebuilt.groupby("image", sort=True):
+        ordered = group.sort_values("started_at") if "started_at" in group else group
+        digests = list(dict.fromkeys(ordered["image_digest"].astype(str)))
+        if len(digests) > 1:
+            windows = sorted({str(w) for w in group.get("window", pd.Series(dtype=str))})
+            where = f" (windows {', '.join(windows)})" if windows else ""
+            drift.append(f"{name}: {' → '.join(d[:19] for d in digests)}{where}")
+    return images, tuple(drift)

@@ -19,7 +19,7 @@ from typing import Any
 from levelfield.agents import make_agent
 from levelfield.config import RunConfig
 from levelfield.cost import PricingStore, load_prices
-from levelfield.errors import HostUnsupported, InputError, LevelfieldError
+from levelfield.errors import HostUnsupported, InputError, LevelfieldError, RunConfigError
 from levelfield.executor._reaping import note_reaped
 from levelfield.executor.local import Admission, LocalExecutor, OnTrial
 from levelfield.executor.ray import RayExecutor, RetryPolicy, import_ray
@@ -81,14 +81,19 @@ def run(
     policies = config.resolved_policies()
     trials = list(trials) if trials is not None else _plan(config, dataset, policies)
     prices = load_prices(config.prices)
+    on_this_host = config.executor == "local"  # Ray checks and reaps every node itself
+    _refuse_unrunnable(config, dataset, on_this_host)  # before anything is stored
     run_dir = config.out.resolve()
     with Store.open_for_writing(run_dir) as store:
         run_id = store.meta().get("run_id") or uuid.uuid4().hex[:12]
-        backend = get_backend(config.backend, BackendOptions(run_id, run_dir, config.uv_shim))
-        on_this_host = config.executor == "local"  # Ray checks and reaps every node itself
+        options = BackendOptions(run_id, run_dir, config.uv_shim, config.image)
+        backend = get_backend(config.backend, options)
         problems = backend.check() if on_this_host else []
         if problems:
             raise HostUnsupported(f"backend {config.backend}: " + "; ".join(problems))
+        prepare = getattr(backend, "prepare", None)  # auto: per-task backends; oci: pulls
+        if prepare is not None and on_this_host:
+            prepare(dataset.tasks)
         store.set_meta(_meta(config, run_id, backend, policies, store.meta()))
         stored = _settled_keys(store, RetryPolicy(config.node_lost_retries).max_attempts)
         todo = [t for t in trials if t.key not in stored]
@@ -98,6 +103,7 @@ def run(
             on_plan(_plan_info(todo, len(trials) - len(todo), config, store))
         ctx = TrialContext(run_id, run_dir, backend.name, agent_options=config.agent_options)
         ctx.prober = _prober(config) if todo else None
+        ctx.route = getattr(backend, "name_for", None)  # auto: the backend each task got
         if on_this_host:
             note_reaped(store, host=platform.node(), count=backend.reap(run_id), when="start")
         try:
@@ -126,6 +132,14 @@ def _probes_meta(prober: IndexProber | None, old: dict[str, Any]) -> dict[str, A
     prober.wait(PROBE_END_WAIT_S)
     done = [p.model_dump(mode="json") for p in prober.results]
     return {"index_probes": [*old.get("index_probes", []), *done]} if done else {}
+def _refuse_unrunnable(config: RunConfig, dataset: Dataset, on_this_host: bool) -> None:
+    """A task that cannot run where it would be sent is refused now, not stored as a failure."""
+    from levelfield.sandbox import auto
+
+    if config.backend == "auto" and on_this_host:
+        auto.refuse_unrunnable(dataset.tasks, uv_shim=config.uv_shim)
+    elif config.backend == "process" and config.uv_shim:
+        raise RunConfigError(auto.uv_shim_refusal([t.name for t in dataset.tasks]))
 
 
 def _plan(config: RunConfig, dataset: Dataset, policies: list[Policy]) -> list[Trial]:

@@ -143,6 +143,7 @@ def _run_attempt(trial: Trial, attempt: int, where: NodeRun, ctx: TrialContext) 
     backend: Backend = get_backend(
         where.backend_name, BackendOptions(where.run_id, where.trial_root)
     )
+    ctx.route = getattr(backend, "name_for", None)  # auto: routed on the node, as locally
     if attempt > 1:
         backend = _AttemptBackend(backend, attempt)  # type: ignore[assignment]
     if trial.task.path.is_dir():

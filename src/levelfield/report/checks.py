@@ -13,7 +13,7 @@ from levelfield.doctor import Check
 
 def show_task_checks(console: Console, report: DatasetCheck) -> None:
     table = Table(title=f"tasks in {report.path}", header_style="bold")
-    for name in ("task", "status", "details"):
+    for name in ("task", "status", "backend (auto)", "details"):
         table.add_column(name)
     for task in report.tasks:
         status = (
@@ -27,7 +27,7 @@ def show_task_checks(console: Console, report: DatasetCheck) -> None:
                 *(f"[yellow]![/] {w}" for w in task.warnings),
             ]
         )
-        table.add_row(task.name, status, details)
+        table.add_row(task.name, status, f"{task.backend}: {task.why}", details)
     console.print(table)
     bad = sum(1 for t in report.tasks if t.problems)
     console.print(f"{len(report.tasks)} tasks, {bad} with problems")

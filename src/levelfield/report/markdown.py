@@ -21,6 +21,8 @@ def render_card(summary: RunSummary) -> str:
     backend = f.info_value(info, "backend")
     if backend == "unknown" and prov.backends:
         backend = ", ".join(prov.backends)
+    elif backend == "auto" and prov.backends:
+        backend = f"auto: {', '.join(prov.backends)}"
     lines = [
         f"# Disclosure card: run {f.info_value(info, 'run_id')}",
         "",
@@ -32,10 +34,12 @@ def render_card(summary: RunSummary) -> str:
         f"| host | {_host(info, prov.hosts)} |",
         f"| concurrency | {_concurrency(info, prov.concurrency)} |",
         f"| time span (UTC) | {_span(info, prov.first_started_at, prov.last_started_at)} |",
+        f"| images | {', '.join(prov.images) or 'none (host userland)'} |",
         f"| trials per task | {_repeats(summary)} |",
         f"| statistics | {round(100 * summary.level)} % CI, task-clustered SE (Miller 2024); "
         f"bootstrap {summary.n_resamples}× seed {summary.seed} |",
         "",
+        *_drift(prov.image_drift),
         "## Resource policy",
         "",
         *_policies(summary),
@@ -54,6 +58,14 @@ def render_card(summary: RunSummary) -> str:
             f"{f.metric(c.score)} | {f.metric(c.clean_score)} | {f.metric(c.infra_error_rate)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _drift(drift: tuple[str, ...]) -> list[str]:
+    """A pinned tag that moved mid-run: the trials before and after ran different images."""
+    if not drift:
+        return [""]
+    lines = ["", "**Image drift**: these tags pointed at another digest partway through the run:"]
+    return [*lines, "", *(f"- {d}" for d in drift), ""]
 
 
 def _policies(summary: RunSummary) -> list[str]:

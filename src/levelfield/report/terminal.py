@@ -24,6 +24,10 @@ def show_summary(summary: RunSummary, console: Console | None = None) -> None:
     """The whole run: scores, comparisons, decomposition, calibration, sensitive tasks, hidden."""
     console = console or Console()
     console.print(f"[bold]run {f.info_value(summary.info, 'run_id')}[/bold]")
+    if summary.provenance.images:
+        console.print(f"images: {', '.join(summary.provenance.images)}", markup=False)
+    for drift in summary.provenance.image_drift:
+        console.print(f"[bold yellow]image drift[/]: {drift}")
     console.print(scores_table(summary))
     for comparison in summary.comparisons:
         show_comparison(comparison, console)

@@ -14,7 +14,7 @@ from typing import ClassVar, Protocol
 
 from levelfield.errors import RunConfigError
 from levelfield.policy import Limits
-from levelfield.records import Evidence, PhaseResult
+from levelfield.records import Evidence, ImageRecord, PhaseResult
 from levelfield.tasks import Task
 
 
@@ -57,6 +57,8 @@ class Observables:
 
 class Sandbox(Protocol):
     """One started trial environment whose limits the kernel enforces."""
+
+    image: ImageRecord | None  # the image it runs (oci); None on the host's userland
 
     def exec(
         self,
@@ -101,9 +103,11 @@ class BackendOptions:
     run_id: str
     run_dir: Path
     uv_shim: bool = False  # oci: place uv/uvx before the verifier (offline machines)
+    image_mode: str = "auto"  # oci: auto | prebuilt | build (`_pull.ImageMode`)
 
 
 _BACKENDS: Mapping[str, str] = {
+    "auto": "levelfield.sandbox.auto",  # each task where its environment exists
     "process": "levelfield.sandbox.process",
     "oci": "levelfield.sandbox.oci",
 }

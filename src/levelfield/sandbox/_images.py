@@ -1,4 +1,5 @@
-"""Task → image: build `environment/` once per content, through the Docker Engine API.
+"""Task → image: build `environment/` once per content, or take the pinned prebuilt image
+(`_pull.py`), through the Docker Engine API.
 
 The tag is a hash of the build context (every file's path, mode and bytes) and of the local image
 IDs its FROM lines name, so an edited Dockerfile or a rebuilt stand-in base gives a new image,
@@ -10,6 +11,7 @@ the log's tail. A lock file per tag keeps two trials of one task from building i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import os
@@ -23,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from levelfield.errors import SandboxStartError
+from levelfield.records import ImageRecord
 from levelfield.sandbox import _output
+from levelfield.sandbox._pull import ImageMode, PullCache
 from levelfield.tasks import Task
 
 IMAGE_REPOSITORY = "levelfield"  # tags read levelfield/<task>:<context hash>
@@ -35,18 +39,31 @@ _FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.IGNORECASE | re
 
 @dataclass(frozen=True, slots=True)
 class BuiltImage:
-    """The image a trial runs, and how it came to be (recorded in the trial's evidence)."""
+    """The image a trial runs, and how it came to be (recorded with the trial)."""
 
     tag: str
     image_id: str
     cached: bool
     log_path: Path | None
     stand_in: str | None  # the offline base it was built on, when it was
+    source: str = "built"  # built | pulled | present (a prebuilt image the engine already had)
+    digest: str | None = None  # the registry's digest of a prebuilt image; else the image ID
+    note: str = ""  # why auto built instead of pulling, or why the registry was not asked
 
     def describe(self) -> str:
-        how = "cached" if self.cached else "built"
+        how = "cached" if self.cached and self.source == "built" else self.source
         base = f", stand-in base {self.stand_in}" if self.stand_in else ""
-        return f"image {self.tag} ({how}{base})"
+        pinned = f", digest {self.digest}" if self.digest else ""
+        note = f"; {self.note}" if self.note else ""
+        return f"image {self.tag} ({how}{base}{pinned}){note}"
+
+    def record(self) -> ImageRecord:
+        return ImageRecord(
+            name=self.tag,
+            digest=self.digest or self.image_id,
+            source=self.source,
+            stand_in=self.stand_in,
+        )
 
 
 def from_images(dockerfile: Path) -> list[str]:
@@ -72,15 +89,55 @@ def image_tag(task: Task, digest: str) -> str:
     return f"{IMAGE_REPOSITORY}/{name}:{digest[:16]}"
 
 
-def ensure_image(client: Any, task: Task, *, images_dir: Path) -> BuiltImage:
-    """The task's image: built from environment/ (cached by content), or its prebuilt image.
+def ensure_image(
+    client: Any,
+    task: Task,
+    *,
+    images_dir: Path,
+    mode: ImageMode = ImageMode.BUILD,
+    pulls: PullCache | None = None,
+    network: str | None = None,
+) -> BuiltImage:
+    """The task's image, from where `mode` says (`_pull.ImageMode`).
 
-    `client` is a `docker.DockerClient`. A prebuilt `docker_image` is used only when the task has
-    no Dockerfile: the build context is the task's truth, and no registry may be reachable.
+    `client` is a `docker.DockerClient`. `auto` takes the pinned `docker_image` when the engine
+    has it or can pull it, and builds from environment/ otherwise (the trial's note says why);
+    a task without a Dockerfile can only run its prebuilt image.
     """
     dockerfile = task.environment_dir / "Dockerfile"
-    if not dockerfile.is_file():
-        return _prebuilt(client, task)
+    pulls = pulls or PullCache()
+    if mode is ImageMode.BUILD and dockerfile.is_file():
+        return _built(client, task, images_dir, network)
+    if not task.docker_image:
+        if dockerfile.is_file():
+            return _built(client, task, images_dir, network)
+        raise SandboxStartError(f"{task.name}: no environment/Dockerfile and no docker_image")
+    if mode is ImageMode.BUILD:
+        raise SandboxStartError(f"{task.name}: --image build, but no environment/Dockerfile")
+    try:
+        prebuilt = pulls.get(client, task.docker_image)
+    except SandboxStartError as exc:
+        if mode is ImageMode.PREBUILT or not dockerfile.is_file():
+            raise
+        built = _built(client, task, images_dir, network)
+        return dataclasses.replace(built, note=f"built: {exc}")
+    found = _inspect(client, prebuilt.image_id) or {}
+    labels = (found.get("Config") or {}).get("Labels") or {}
+    return BuiltImage(
+        prebuilt.name,
+        prebuilt.image_id,
+        True,
+        None,
+        labels.get(LABEL_STAND_IN),
+        source="pulled" if prebuilt.pulled else "present",
+        digest=prebuilt.digest,
+        note=prebuilt.note,
+    )
+
+
+def _built(client: Any, task: Task, images_dir: Path, network: str | None) -> BuiltImage:
+    """Built from environment/, cached by content: an unchanged task reuses its image."""
+    dockerfile = task.environment_dir / "Dockerfile"
     bases = [_local_id(client, name) for name in from_images(dockerfile)]
     tag = image_tag(task, context_hash(task.environment_dir, [b for b in bases if b]))
     images_dir.mkdir(parents=True, exist_ok=True)
@@ -89,25 +146,12 @@ def ensure_image(client: Any, task: Task, *, images_dir: Path) -> BuiltImage:
         found = _inspect(client, tag)
         cached = found is not None
         if found is None:
-            _build(client, task, tag, log_path)
+            _build(client, task, tag, log_path, network)
             found = _inspect(client, tag)
             if found is None:
                 raise SandboxStartError(f"build of {tag} reported success but left no image")
     labels = (found.get("Config") or {}).get("Labels") or {}
     return BuiltImage(tag, found["Id"], cached, log_path, labels.get(LABEL_STAND_IN))
-
-
-def _prebuilt(client: Any, task: Task) -> BuiltImage:
-    if not task.docker_image:
-        raise SandboxStartError(f"{task.name}: no environment/Dockerfile and no docker_image")
-    found = _inspect(client, task.docker_image)
-    if found is None:
-        raise SandboxStartError(
-            f"{task.name}: image {task.docker_image} is not present locally and no Dockerfile "
-            "to build it from (levelfield never pulls: load the image into the engine first)"
-        )
-    labels = (found.get("Config") or {}).get("Labels") or {}
-    return BuiltImage(task.docker_image, found["Id"], True, None, labels.get(LABEL_STAND_IN))
 
 
 def _inspect(client: Any, name: str) -> dict[str, Any] | None:
@@ -138,7 +182,7 @@ def _build_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _build(client: Any, task: Task, tag: str, log_path: Path) -> None:
+def _build(client: Any, task: Task, tag: str, log_path: Path, network: str | None) -> None:
     """Stream the build log to `log_path`; give up at the task's build timeout.
 
     `pull=False`: the FROM images must be local (stand-in bases, or loaded by hand); podman's
@@ -150,6 +194,7 @@ def _build(client: Any, task: Task, tag: str, log_path: Path) -> None:
         rm=True,
         forcerm=True,
         pull=False,
+        network_mode=network,  # the host's, on an engine without a bridge network
         decode=False,  # decoded below: the raw generator holds the response `_close_stream` needs
         labels={LABEL_CONTEXT: tag.split(":")[-1]},
     )

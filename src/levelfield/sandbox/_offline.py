@@ -135,6 +135,7 @@ def build_offline_bases(
     mirror: str | None = None,
     with_uv: bool = True,
     log: Log = print,
+    network: str | None = None,
 ) -> list[StandIn]:
     """Make the `python:3.13-slim-bookworm`, `ubuntu:24.04` and `debian:bookworm-slim` stand-ins
     (and the uv shim) ready.
@@ -145,13 +146,13 @@ def build_offline_bases(
     cache_dir.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(f"{RECIPE_VERSION}|{SUITE}|{mirror}".encode()).hexdigest()[:12]
     minbase, minbase_cached = _minbase(client, cache_dir, mirror, key, log)
-    cpython = _cpython(client, cache_dir, minbase, log)
+    cpython = _cpython(client, cache_dir, minbase, log, network)
     version = _cpython_version(cpython)
     python_key = f"{key}-{version}"
     plain = f"debian-{SUITE}-minbase ({mirror})"
     out = [
-        _derive(client, "ubuntu", minbase, key, plain, None, log),
-        _derive(client, "debian", minbase, key, plain, None, log),
+        _derive(client, "ubuntu", minbase, key, plain, None, log, network),
+        _derive(client, "debian", minbase, key, plain, None, log, network),
         _derive(
             client,
             "python",
@@ -160,6 +161,7 @@ def build_offline_bases(
             f"debian-{SUITE}-minbase + CPython {version} (source: Debian {PYTHON_SOURCE_SUITE})",
             cpython,
             log,
+            network,
         ),
     ]
     if with_uv:
@@ -253,7 +255,9 @@ def _run(argv: list[str], what: str, cwd: Path | None = None) -> None:
         raise SandboxStartError(f"{what} failed ({done.returncode}): {tail}")
 
 
-def _cpython(client: Any, cache_dir: Path, minbase: str, log: Log) -> Path:
+def _cpython(
+    client: Any, cache_dir: Path, minbase: str, log: Log, network: str | None = None
+) -> Path:
     """The cached CPython 3.13 tarball (usr/local/...), building it once if there is none."""
     built = sorted((cache_dir / "cpython").glob(f"cpython-3.13.*-{SUITE}-*.tar.gz"))
     if built:
@@ -270,18 +274,26 @@ def _cpython(client: Any, cache_dir: Path, minbase: str, log: Log) -> Path:
             minbase,
             ["bash", "/work/build.sh"],
             {str(source): "/src/python.tar.xz", tmp: "/work", f"{tmp}/out": "/out"},
+            network,
         )
         (Path(tmp) / "out" / "cpython.tar.gz").rename(target)
     return target
 
 
-def _run_container(client: Any, image: str, argv: list[str], binds: dict[str, str]) -> None:
+def _run_container(
+    client: Any, image: str, argv: list[str], binds: dict[str, str], network: str | None
+) -> None:
     for host in binds:
         if not Path(host).exists():
             Path(host).mkdir(parents=True)
     volumes = {host: {"bind": inside, "mode": "rw"} for host, inside in binds.items()}
     container = client.containers.run(
-        image, argv, volumes=volumes, detach=True, labels={"levelfield.run": "offline-bases"}
+        image,
+        argv,
+        volumes=volumes,
+        detach=True,
+        labels={"levelfield.run": "offline-bases"},
+        network_mode=network,
     )
     try:
         code = container.wait()["StatusCode"]
@@ -334,6 +346,7 @@ def _derive(
     description: str,
     cpython: Path | None,
     log: Log,
+    network: str | None = None,
 ) -> StandIn:
     """A stand-in built FROM the minbase with its label (and CPython), tagged as the real name."""
     repository, tag = STAND_IN_FOR[kind]
@@ -361,7 +374,9 @@ def _derive(
         label = json.dumps(f"{description} as {name}")
         lines.append(f'LABEL levelfield.stand-in={label} {LABEL_KEY}="{key}"')
         (context / "Dockerfile").write_text("\n".join(lines) + "\n")
-        stream = client.api.build(path=tmp, tag=name, rm=True, forcerm=True, decode=True)
+        stream = client.api.build(
+            path=tmp, tag=name, rm=True, forcerm=True, decode=True, network_mode=network
+        )
         errors = [c.get("error") for c in stream if "error" in c]
     if errors or _image_labels(client, name) is None:
         raise SandboxStartError(f"stand-in {name} failed to build: {errors}")

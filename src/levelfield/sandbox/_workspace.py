@@ -71,7 +71,7 @@ def create_workspace(
     image = None
     if storage_bytes is not None:
         image = trial_dir / "disk.img"
-        _mount_ext4(image, root, storage_bytes)
+        mount_ext4(image, root, storage_bytes)
     binds = {target: root / name for target, name in LAYOUT.items()}
     binds[workdir] = root / "app"
     for path in binds.values():
@@ -82,7 +82,7 @@ def create_workspace(
     return Workspace(root, image, binds)
 
 
-def _mount_ext4(image: Path, mountpoint: Path, size_bytes: int) -> None:
+def mount_ext4(image: Path, mountpoint: Path, size_bytes: int) -> None:
     """A sparse image: creating even a 10 GiB filesystem costs ~10 ms and no real disk."""
     with open(image, "wb") as fh:
         fh.truncate(size_bytes)

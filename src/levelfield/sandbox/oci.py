@@ -15,41 +15,40 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import io
 import os
 import re
-import tarfile
-import tempfile
 import threading
-import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
-from levelfield.errors import HostUnsupported, SandboxDied, SandboxStartError
+from levelfield.errors import HostUnsupported, SandboxStartError
 from levelfield.policy import Limits
-from levelfield.records import Evidence, PhaseResult
 from levelfield.sandbox import (
     BackendOptions,
     Enforcement,
-    Observables,
-    Usage,
     _cgroup,
-    _container,
+    _engine,
     _images,
     _offline,
-    _output,
+    _pull,
+    _volumes,
+    _workspace,
 )
+from levelfield.sandbox._oci_sandbox import OciSandbox
 from levelfield.tasks import Task
 
-# Where Docker and `podman system service` put their API socket (rootful, then rootless podman).
-SOCKET_PATHS = ("/var/run/docker.sock", "/run/podman/podman.sock")
+# Re-exported: doctor and the tests ask the engine through the backend's module.
+EngineReport = _engine.EngineReport
+engine_report = _engine.engine_report
+find_engine_url = _engine.find_engine_url
+SOCKET_PATHS = _engine.SOCKET_PATHS
+
 LABEL_RUN = "levelfield.run"
 LABEL_TRIAL = "levelfield.trial"
 LABEL_TASK = "levelfield.task"
 KEEPALIVE = ["sleep", "infinity"]  # Harbor's idle command too; coreutils is in every TB2 base
-LOG_DIRS = ("logs", "logs/agent", "logs/verifier", "logs/artifacts")
 API_TIMEOUT_S = 120  # one API call (not a phase: phases stream with no socket timeout)
 CPU_SHARES_PER_CPU = _cgroup.CPU_SHARES_PER_CPU
 NANO_CPUS_PER_CPU = 1_000_000_000
@@ -63,6 +62,7 @@ class OciSettings:
     uv_shim: bool = False  # place uv/uvx (+ CPython 3.13 for `uvx -p 3.13`) with the tests
     cache_dir: Path = _offline.DEFAULT_CACHE_DIR
     storage_quota: bool = True  # try StorageOpt size=; off after the engine refuses it once
+    image_mode: _pull.ImageMode = _pull.ImageMode.AUTO
 
     @classmethod
     def from_env(cls) -> OciSettings:
@@ -71,76 +71,13 @@ class OciSettings:
         return cls(uv_shim=os.environ.get("LEVELFIELD_UV_SHIM", "") in ("1", "true", "yes"))
 
 
-@dataclass(frozen=True, slots=True)
-class EngineReport:
-    """For `levelfield doctor`: which engine answers, and how it runs containers."""
-
-    found: bool
-    url: str | None
-    engine: str | None = None  # "podman" or "docker"
-    version: str | None = None
-    api_version: str | None = None
-    cgroup_version: str | None = None
-    cgroup_driver: str | None = None
-    runtime: str | None = None
-    problems: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        if not self.found:
-            return f"no container engine: {'; '.join(self.problems)}"
-        return (
-            f"{self.engine} {self.version} (API {self.api_version}) at {self.url}, "
-            f"cgroup v{self.cgroup_version} ({self.cgroup_driver}), runtime {self.runtime}"
-        )
-
-
-def find_engine_url() -> str | None:
-    """DOCKER_HOST if set, else the first API socket that exists."""
-    if os.environ.get("DOCKER_HOST"):
-        return os.environ["DOCKER_HOST"]
-    for path in SOCKET_PATHS:
-        if Path(path).is_socket():
-            return f"unix://{path}"
-    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime_dir and (Path(runtime_dir) / "podman" / "podman.sock").is_socket():
-        return f"unix://{runtime_dir}/podman/podman.sock"
-    return None
-
-
-def engine_report(base_url: str | None = None) -> EngineReport:
-    """Ping the engine and read its version and cgroup mode; never raises."""
-    url = base_url or find_engine_url()
-    if url is None:
-        tried = ", ".join(SOCKET_PATHS)
-        return EngineReport(False, None, problems=(f"DOCKER_HOST unset and no socket at {tried}",))
-    try:
-        import docker
-    except ImportError:
-        return EngineReport(False, url, problems=("the docker SDK is missing: pip install docker",))
-    try:
-        client = docker.DockerClient(base_url=url, timeout=10)
-        version, info = client.version(), client.info()
-    except Exception as exc:  # any failure to reach it is the report's content
-        return EngineReport(False, url, problems=(f"engine at {url} did not answer: {exc}",))
-    components = {c.get("Name", "").lower() for c in version.get("Components") or []}
-    is_podman = any("podman" in name for name in components)
-    return EngineReport(
-        True,
-        url,
-        engine="podman" if is_podman else "docker",
-        version=version.get("Version"),
-        api_version=version.get("ApiVersion"),
-        cgroup_version=str(info.get("CgroupVersion") or "?"),
-        cgroup_driver=info.get("CgroupDriver"),
-        runtime=info.get("DefaultRuntime"),
-    )
-
-
-def host_config_args(limits: Limits) -> dict[str, Any]:
+def host_config_args(limits: Limits, host_cpus: int | None = None) -> dict[str, Any]:
     """Limits → Docker's HostConfig, as Docker and Kubernetes read them. Uncapped = left unset.
 
     Swap equals the memory ceiling (MemorySwap = Memory), so the ceiling is a kill point, as a
     Kubernetes limit is. The pids ceiling stays on whatever the policy (policy.DEFAULT_PIDS_MAX).
+    A CPU ceiling above the host's CPUs cannot bind, and Docker refuses it: it becomes the
+    host's CPU count (`describe_applied` says so).
     """
     args: dict[str, Any] = {
         "mem_reservation": limits.memory_floor_bytes,
@@ -151,7 +88,8 @@ def host_config_args(limits: Limits) -> dict[str, Any]:
         args["memswap_limit"] = limits.memory_ceiling_bytes
         args["mem_reservation"] = min(limits.memory_floor_bytes, limits.memory_ceiling_bytes)
     if limits.cpu_ceiling is not None:
-        args["nano_cpus"] = int(limits.cpu_ceiling * NANO_CPUS_PER_CPU)
+        cpus = min(limits.cpu_ceiling, host_cpus) if host_cpus else limits.cpu_ceiling
+        args["nano_cpus"] = int(cpus * NANO_CPUS_PER_CPU)
     if limits.pids_max is not None:
         args["pids_limit"] = limits.pids_max
     return args
@@ -175,6 +113,7 @@ class OciBackend:
         self._storage_quota = self.settings.storage_quota
         self._quota_refused = ""  # the engine's reason, repeated in every trial's notes
         self._lock = threading.Lock()
+        self._pulls = _pull.PullCache()  # one pull per pinned image per invocation
 
     @property
     def client(self) -> Any:
@@ -214,47 +153,100 @@ class OciBackend:
             cpu_ceiling="HostConfig.NanoCpus (CFS quota)",
             cpu_floor="HostConfig.CpuShares = 1024 × CPUs",
             pids_ceiling="HostConfig.PidsLimit",
-            storage_ceiling=(
-                "StorageOpt size= (writable layer quota)"
-                if self._storage_quota
-                else "not enforced: the storage driver has no quota (overlay needs xfs pquota)"
-            ),
+            storage_ceiling=self._storage_enforcement(),
             isolation=f"OCI container ({where})",
         )
 
     def start(self, task: Task, limits: Limits, *, trial_id: str, trial_dir: Path) -> OciSandbox:
         client = self.client
         try:
-            image = _images.ensure_image(client, task, images_dir=self.options.run_dir / "images")
+            image = _images.ensure_image(
+                client,
+                task,
+                images_dir=self.options.run_dir / "images",
+                mode=self.settings.image_mode,
+                pulls=self._pulls,
+                network=self.report().build_network,
+            )
         except SandboxStartError:
             raise
         except Exception as exc:
             raise SandboxStartError(f"image for {task.name}: {type(exc).__name__}: {exc}") from exc
         trial_dir.mkdir(parents=True, exist_ok=True)
-        args = host_config_args(limits)
-        if self._storage_quota and limits.storage_ceiling_bytes is not None:
-            args["storage_opt"] = {"size": str(limits.storage_ceiling_bytes)}
-        container_id = self._create(task, image.tag, args, trial_id)
+        args = host_config_args(limits, self.report().cpus)
+        container_id, volume = self._create_capped(
+            task, image.tag, args, (trial_id, trial_dir), limits.storage_ceiling_bytes
+        )
         notes = [describe_applied(args), image.describe(), f"engine: {self.report().describe()}"]
-        if limits.storage_ceiling_bytes is not None and "storage_opt" not in args:
+        if "nano_cpus" in args and args["nano_cpus"] < (limits.cpu_ceiling or 0) * 1e9:
+            notes.append(f"cpu ceiling {limits.cpu_ceiling:g} > the host's CPUs: applied as all")
+        if volume is not None:
+            notes.append(volume.describe())
+        elif limits.storage_ceiling_bytes is not None and "storage_opt" not in args:
             notes.append(f"storage ceiling not enforced: {self._quota_refused or 'disabled'}")
         try:
             sandbox = OciSandbox(client, container_id, task, limits, notes)
+            sandbox.image, sandbox.volume = image.record(), volume
             sandbox.prepare(uv_shim=self.settings.uv_shim)
             return sandbox
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 client.api.remove_container(container_id, force=True, v=True)
+            if volume is not None:
+                _volumes.remove_volume(client.api, volume)
             if isinstance(exc, Exception) and not isinstance(exc, SandboxStartError):
                 raise SandboxStartError(f"container for {task.name}: {exc}") from exc
             raise
 
-    def _create(self, task: Task, image: str, args: dict[str, Any], trial_id: str) -> str:
-        """Create and start; `args` loses storage_opt if the engine refuses it (then for good)."""
+    def _storage_enforcement(self) -> str:
+        volume = "a loop-mounted ext4 volume of the ceiling's size for WORKDIR, /tmp and /logs"
+        if not _volumes.is_possible(self.report().url):
+            volume = "not enforced (a remote engine, or not root: no loop-mounted volume)"
+        if self._storage_quota:
+            return f"StorageOpt size= (writable layer quota) if the engine takes it, else {volume}"
+        return f"{volume} (the engine refused StorageOpt size=: {self._quota_refused})"
+
+    def _create_capped(
+        self,
+        task: Task,
+        image: str,
+        args: dict[str, Any],
+        trial: tuple[str, Path],
+        ceiling: int | None,
+    ) -> tuple[str, _volumes.StorageVolume | None]:
+        """The storage ceiling the engine's way (StorageOpt size=; refused once, never again),
+        else on a loop-mounted volume of the ceiling's size."""
+        trial_id, trial_dir = trial
+        if ceiling is not None and self._storage_quota:
+            args["storage_opt"] = {"size": str(ceiling)}
+            try:
+                return self._create(task, image, args, trial_id, []), None
+            except _QuotaRefused as refused:
+                self._storage_quota, self._quota_refused = False, refused.reason
+                args.pop("storage_opt")
+        volume = None
+        if ceiling is not None and _volumes.is_possible(self.report().url):
+            labels = {LABEL_RUN: self.options.run_id, LABEL_TRIAL: trial_id}
+            volume = _volumes.create_volume(
+                self.client.api, trial_dir, task.workdir, ceiling, labels
+            )
+        try:
+            mounts = volume.mounts() if volume is not None else []
+            return self._create(task, image, args, trial_id, mounts), volume
+        except BaseException:
+            if volume is not None:
+                _volumes.remove_volume(self.client.api, volume)
+            raise
+
+    def _create(
+        self, task: Task, image: str, args: dict[str, Any], trial_id: str, extra: list[Any]
+    ) -> str:
+        """Create and start the container; _QuotaRefused if the engine refuses StorageOpt."""
         import docker.errors
 
         api = self.client.api
         mounts = _offline.uv_shim_mounts(self.settings.cache_dir) if self.settings.uv_shim else []
+        mounts += extra
         config = {
             "image": image,
             "entrypoint": KEEPALIVE,
@@ -267,26 +259,37 @@ class OciBackend:
             },
         }
         # Harbor's default: network on unless task.toml turns it off (TB2 verifiers need it).
-        network = "none" if task.allow_internet is False else "bridge"
-        for attempt in ("with quota", "without quota"):
+        network = self.report().network_for(task.allow_internet)
+        try:
+            host_config = api.create_host_config(
+                init=True, network_mode=network, mounts=mounts, **args
+            )
+            created = api.create_container(host_config=host_config, **config)
+            api.start(created["Id"])
+            return str(created["Id"])
+        except docker.errors.APIError as exc:
+            with contextlib.suppress(Exception):
+                api.remove_container(config["name"], force=True, v=True)
+            if "storage_opt" in args and _is_quota_error(exc):
+                reason = getattr(exc, "explanation", None) or str(exc)
+                raise _QuotaRefused(str(reason)[-160:]) from exc
+            raise SandboxStartError(f"create/start of {task.name} failed: {exc}") from exc
+
+    def prepare(self, tasks: Sequence[Task]) -> None:
+        """Before the first trial: pull each pinned image once. Under `--image prebuilt` an image
+        neither pullable nor present stops the run here, before any trial is spent on it."""
+        if self.settings.image_mode is _pull.ImageMode.BUILD:
+            return
+        for name in sorted({t.docker_image for t in tasks if t.docker_image}):
             try:
-                host_config = api.create_host_config(
-                    init=True, network_mode=network, mounts=mounts, **args
-                )
-                created = api.create_container(host_config=host_config, **config)
-                api.start(created["Id"])
-                return str(created["Id"])
-            except docker.errors.APIError as exc:
-                with contextlib.suppress(Exception):
-                    api.remove_container(config["name"], force=True, v=True)
-                if attempt == "with quota" and "storage_opt" in args and _is_quota_error(exc):
-                    self._storage_quota = False
-                    args.pop("storage_opt")
-                    reason = getattr(exc, "explanation", None) or str(exc)
-                    self._quota_refused = str(reason)[-160:]
-                    continue
-                raise SandboxStartError(f"create/start of {task.name} failed: {exc}") from exc
-        raise AssertionError("unreachable")
+                self._pulls.get(self.client, name)
+            except SandboxStartError as exc:
+                if self.settings.image_mode is _pull.ImageMode.PREBUILT:
+                    users = sorted(t.name for t in tasks if t.docker_image == name)
+                    raise SandboxStartError(
+                        f"sandbox_error before any trial ({', '.join(users)}): {exc}. Nothing "
+                        "was stored: bring the registry up, or run with --image build or auto"
+                    ) from exc
 
     def reap(self, run_id: str) -> int:
         """Containers, networks and volumes labelled with `run_id` that a dead harness left."""
@@ -305,7 +308,18 @@ class OciBackend:
             with contextlib.suppress(Exception):
                 api.remove_volume(volume["Name"], force=True)
                 removed += 1
+        for point in _workspace.mounts_under((self.options.run_dir / "trials").resolve()):
+            _workspace.unmount(Path(point))  # the storage volumes' loop-mounted disks
+            removed += 1
         return removed
+
+
+class _QuotaRefused(Exception):
+    """The engine refused StorageOpt size= (caught in `_create_capped`, never escapes)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def _is_quota_error(exc: Exception) -> bool:
@@ -325,13 +339,22 @@ def build_offline_bases(
     """`levelfield images offline-bases`: stand-ins for the FROM images no registry serves here."""
     backend = OciBackend(BackendOptions("offline-bases", cache_dir), OciSettings(base_url))
     return _offline.build_offline_bases(
-        backend.client, cache_dir=cache_dir, mirror=mirror, with_uv=with_uv, log=log
+        backend.client,
+        cache_dir=cache_dir,
+        mirror=mirror,
+        with_uv=with_uv,
+        log=log,
+        network=backend.report().build_network,
     )
 
 
 def create(options: BackendOptions, settings: OciSettings | None = None) -> OciBackend:
-    if settings is None and options.uv_shim:
-        settings = dataclasses.replace(OciSettings.from_env(), uv_shim=True)
+    if settings is None:
+        settings = dataclasses.replace(
+            OciSettings.from_env(),
+            uv_shim=options.uv_shim or OciSettings.from_env().uv_shim,
+            image_mode=_pull.ImageMode(options.image_mode),
+        )
     return OciBackend(options, settings)
 
 
@@ -340,203 +363,3 @@ def container_name(run_id: str, trial_id: str) -> str:
     raw = f"lf-{run_id}-{trial_id}"
     clean = re.sub(r"[^a-zA-Z0-9_.-]+", "-", raw)[:80]
     return f"{clean}-{hashlib.sha256(raw.encode()).hexdigest()[:8]}"
-
-
-@dataclass(slots=True)
-class _Snapshot:
-    """The last counters read while the container's cgroup existed: an OOM kill of the init
-    takes the container, and its cgroup, with it."""
-
-    counters: _cgroup.Counters = field(default_factory=_cgroup.Counters)
-    engine_oom_killed: bool = False
-
-
-class OciSandbox:
-    """A started trial container; every phase is an exec in it."""
-
-    def __init__(
-        self, client: Any, container_id: str, task: Task, limits: Limits, notes: list[str]
-    ) -> None:
-        self.client, self.api = client, client.api
-        self.container_id, self.task, self.limits = container_id, task, limits
-        self.notes = notes
-        state = self.api.inspect_container(container_id)["State"]
-        self.init_pid = int(state.get("Pid") or 0)
-        self.cgroup = _container.container_cgroup(self.init_pid)
-        if self.cgroup is None:
-            notes.append("container cgroup not readable from this host: evidence from the engine")
-        self._snapshot = _Snapshot()
-        self._closed = False
-        self._uv_shim = False
-
-    def prepare(self, *, uv_shim: bool) -> None:
-        """Create /logs/{agent,verifier,artifacts}, as Harbor's mounts would."""
-        self.api.put_archive(self.container_id, "/", _container.dirs_tar(LOG_DIRS))
-        self._uv_shim = uv_shim
-
-    def exec(
-        self,
-        command: str,
-        *,
-        timeout_s: float,
-        log_path: Path,
-        env: Mapping[str, str] | None = None,
-    ) -> PhaseResult:
-        """Run `command` with bash in the WORKDIR; kill its process group at the timeout."""
-        self._require_alive()
-        started = time.monotonic()
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        offset = _output.log_size(log_path)
-        try:
-            exec_id = self.api.exec_create(
-                self.container_id,
-                ["bash", "-c", command],
-                workdir=str(self.task.workdir),
-                environment=dict(env or {}),
-            )["Id"]
-            with open(log_path, "ab") as log:
-                timed_out = _container.run_exec(self.api, exec_id, log, timeout_s)
-            code = self.api.exec_inspect(exec_id).get("ExitCode")
-        except Exception as exc:
-            self._require_alive()
-            raise SandboxDied(f"exec in {self.container_id[:12]} failed: {exc}") from exc
-        self._remember_counters()
-        exit_code = None if timed_out else (int(code) if code is not None else None)
-        return PhaseResult(
-            exit_code=exit_code,
-            signal=_output.signal_of(exit_code),
-            timed_out=timed_out,
-            duration_s=time.monotonic() - started,
-            output_tail=_output.tail(log_path, offset=offset),
-        )
-
-    def copy_in(self, src: Path, dest: PurePosixPath) -> None:
-        """A directory replaces whatever the agent left at `dest`; the uv shim rides with /tests."""
-        target = dest if src.is_dir() else dest.parent
-        prep = 'rm -rf -- "$1" && mkdir -p -- "$1"' if src.is_dir() else 'mkdir -p -- "$1"'
-        self._quiet(["sh", "-c", prep, "sh", str(target)])
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            if src.is_dir():
-                for child in sorted(src.iterdir()):
-                    tar.add(child, arcname=child.name)
-            else:
-                tar.add(src, arcname=dest.name)
-        if not self.api.put_archive(self.container_id, str(target), buffer.getvalue()):
-            raise SandboxDied(f"copy of {src} to {dest} was refused by the engine")
-        if dest == PurePosixPath("/tests") and self._uv_shim:
-            self._quiet(["sh", "-c", _offline.UV_SHIM_INSTALL])
-
-    def read_file(self, path: PurePosixPath) -> bytes | None:
-        import docker.errors
-
-        try:
-            stream, _ = self.api.get_archive(self.container_id, str(path))
-            data = b"".join(stream)
-        except docker.errors.APIError:
-            return None
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            member = next((m for m in tar.getmembers() if m.isfile()), None)
-            extracted = tar.extractfile(member) if member is not None else None
-            return extracted.read() if extracted is not None else None
-
-    def usage(self) -> Usage:
-        if self.cgroup is None:
-            return Usage(0, 0.0)
-        reading = self.cgroup.usage()
-        self._remember_counters()  # a few µs: keeps them if the container dies with its cgroup
-        return Usage(reading.memory_bytes, reading.cpu_usage_s)
-
-    def is_alive(self) -> bool:
-        return bool(self._state().get("Running"))
-
-    def evidence(self) -> Evidence:
-        alive = self.is_alive()
-        self._remember_counters()
-        c = self._snapshot.counters
-        return Evidence(
-            oom_kills=max(c.oom_kills, int(self._snapshot.engine_oom_killed)),
-            memory_failcnt=c.memory_failcnt,
-            memory_peak_bytes=c.memory_peak_bytes,
-            pids_max_hits=c.pids_max_hits,
-            cpu_nr_periods=c.cpu_nr_periods,
-            cpu_throttled_periods=c.cpu_throttled_periods,
-            cpu_throttled_s=c.cpu_throttled_s,
-            cpu_usage_s=c.cpu_usage_s,
-            storage_ceiling_bytes=self.limits.storage_ceiling_bytes,
-            sandbox_alive=alive,
-            notes=tuple(self.notes),
-        )
-
-    def observables(self) -> Observables:
-        """The container's init shares its network namespace: its net/dev is the trial's. Only
-        when its pid is this host's (the cgroup was found): a remote engine's pid is not."""
-        if self.cgroup is None:
-            return Observables()
-        return Observables(self.init_pid or None, self.cgroup.dirs.get("unified"))
-
-    def collect_logs(self, dest: Path) -> None:
-        """Copy the container's /logs tree to `dest` (works on a stopped container too)."""
-        import docker.errors
-
-        dest.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile() as spool:
-            try:
-                stream, _ = self.api.get_archive(self.container_id, "/logs")
-                for chunk in stream:
-                    spool.write(chunk)
-            except docker.errors.APIError:
-                return
-            spool.seek(0)
-            with tarfile.open(fileobj=spool) as tar:
-                for member in tar.getmembers():
-                    parts = PurePosixPath(member.name).parts[1:]  # drop the leading "logs"
-                    if not parts:
-                        continue
-                    member.name = str(PurePosixPath(*parts))
-                    with contextlib.suppress(tarfile.TarError, OSError):
-                        tar.extract(member, dest, filter="data")
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(Exception):
-            self.api.remove_container(self.container_id, force=True, v=True)
-
-    # -- internals -------------------------------------------------------------------------
-
-    def _state(self) -> dict[str, Any]:
-        import docker.errors
-
-        try:
-            return dict(self.api.inspect_container(self.container_id)["State"])
-        except docker.errors.NotFound:
-            return {}
-
-    def _require_alive(self) -> None:
-        state = self._state()
-        if not state.get("Running"):
-            self._snapshot.engine_oom_killed |= bool(state.get("OOMKilled"))
-            status = state.get("Status", "gone") if state else "gone"
-            raise SandboxDied(
-                f"container {self.container_id[:12]} is {status} "
-                f"(exit code {state.get('ExitCode', '?')})"
-            )
-
-    def _remember_counters(self) -> None:
-        if (
-            self.cgroup is not None
-            and self.cgroup.dirs[_container.memory_key(self.cgroup)].is_dir()
-        ):
-            self._snapshot.counters = self.cgroup.counters()
-
-    def _quiet(self, argv: list[str]) -> None:
-        """A helper command of the harness (mkdir, shim install); its failure is the sandbox's."""
-        self._require_alive()
-        exec_id = self.api.exec_create(self.container_id, argv)["Id"]
-        output = self.api.exec_start(exec_id)
-        code = self.api.exec_inspect(exec_id).get("ExitCode")
-        if code != 0:
-            text = output.decode(errors="replace").strip()[-500:]
-            raise SandboxDied(f"{argv[0]} in the container exited {code}: {text}")

@@ -150,6 +150,8 @@ def _seed_workdir(task: Task, workdir: Path) -> None:
 class ProcessSandbox:
     """A started trial: the bwrap init in the trial cgroup, entered by each phase."""
 
+    image: ClassVar[None] = None  # the host's userland, no image
+
     def __init__(
         self,
         task: Task,

@@ -1,0 +1,263 @@
+"""The started trial container of the `oci` backend: every phase is an exec in it.
+
+Evidence is read from the container's own cgroup directories (the same readers as the process
+backend), with the engine's own word on an OOM kill beside it, and the storage volume's fill
+level from the host when the ceiling lives on one (`_volumes.py`). Kept apart from `oci.py`,
+which creates it, so that each reads as one concept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tarfile
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from levelfield.errors import SandboxDied
+from levelfield.policy import Limits
+from levelfield.records import Evidence, ImageRecord, PhaseResult
+from levelfield.sandbox import (
+    Observables,
+    Usage,
+    _cgroup,
+    _container,
+    _engine,
+    _offline,
+    _output,
+    _volumes,
+)
+from levelfield.tasks import Task
+
+LOG_DIRS = ("logs", "logs/agent", "logs/verifier", "logs/artifacts")
+
+
+@dataclass(slots=True)
+class _Snapshot:
+    """The last counters read while the container's cgroup existed: an OOM kill of the init
+    takes the container, and its cgroup, with it."""
+
+    counters: _cgroup.Counters = field(default_factory=_cgroup.Counters)
+    engine_oom_killed: bool = False
+
+
+class OciSandbox:
+    """A started trial container; every phase is an exec in it."""
+
+    def __init__(
+        self, client: Any, container_id: str, task: Task, limits: Limits, notes: list[str]
+    ) -> None:
+        self.client, self.api = client, client.api
+        self.container_id, self.task, self.limits = container_id, task, limits
+        self.notes = notes
+        state = self.api.inspect_container(container_id)["State"]
+        self.init_pid = int(state.get("Pid") or 0)
+        self.cgroup = _container.container_cgroup(self.init_pid)
+        if self.cgroup is None:
+            notes.append("container cgroup not readable from this host: evidence from the engine")
+        self._snapshot = _Snapshot()
+        self._created_s = time.time() - 1.0  # events are asked for from here on
+        self._closed = False
+        self._uv_shim = False
+        self.image: ImageRecord | None = None
+        self.volume: _volumes.StorageVolume | None = None  # the storage ceiling, when on one
+        self._storage_full = False
+        self._storage_peak = 0
+
+    def prepare(self, *, uv_shim: bool) -> None:
+        """Create /logs/{agent,verifier,artifacts}, as Harbor's mounts would."""
+        self.api.put_archive(self.container_id, "/", _container.dirs_tar(LOG_DIRS))
+        self._uv_shim = uv_shim
+
+    def exec(
+        self,
+        command: str,
+        *,
+        timeout_s: float,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> PhaseResult:
+        """Run `command` with bash in the WORKDIR; kill its process group at the timeout."""
+        self._require_alive()
+        started = time.monotonic()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        offset = _output.log_size(log_path)
+        try:
+            exec_id = self.api.exec_create(
+                self.container_id,
+                ["bash", "-c", command],
+                workdir=str(self.task.workdir),
+                environment=dict(env or {}),
+            )["Id"]
+            with open(log_path, "ab") as log:
+                timed_out = _container.run_exec(self.api, exec_id, log, timeout_s)
+            code = self.api.exec_inspect(exec_id).get("ExitCode")
+        except Exception as exc:
+            self._require_alive()
+            raise SandboxDied(f"exec in {self.container_id[:12]} failed: {exc}") from exc
+        self._remember_counters()
+        exit_code = None if timed_out else (int(code) if code is not None else None)
+        return PhaseResult(
+            exit_code=exit_code,
+            signal=_output.signal_of(exit_code),
+            timed_out=timed_out,
+            duration_s=time.monotonic() - started,
+            output_tail=_output.tail(log_path, offset=offset),
+        )
+
+    def copy_in(self, src: Path, dest: PurePosixPath) -> None:
+        """A directory replaces whatever the agent left at `dest`; the uv shim rides with /tests."""
+        target = dest if src.is_dir() else dest.parent
+        prep = 'rm -rf -- "$1" && mkdir -p -- "$1"' if src.is_dir() else 'mkdir -p -- "$1"'
+        self._quiet(["sh", "-c", prep, "sh", str(target)])
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            if src.is_dir():
+                for child in sorted(src.iterdir()):
+                    tar.add(child, arcname=child.name)
+            else:
+                tar.add(src, arcname=dest.name)
+        if not self.api.put_archive(self.container_id, str(target), buffer.getvalue()):
+            raise SandboxDied(f"copy of {src} to {dest} was refused by the engine")
+        if dest == PurePosixPath("/tests") and self._uv_shim:
+            self._quiet(["sh", "-c", _offline.UV_SHIM_INSTALL])
+
+    def read_file(self, path: PurePosixPath) -> bytes | None:
+        import docker.errors
+
+        try:
+            stream, _ = self.api.get_archive(self.container_id, str(path))
+            data = b"".join(stream)
+        except docker.errors.APIError:
+            return None
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = next((m for m in tar.getmembers() if m.isfile()), None)
+            extracted = tar.extractfile(member) if member is not None else None
+            return extracted.read() if extracted is not None else None
+
+    def usage(self) -> Usage:
+        free, used = self._storage()
+        if self.cgroup is None:
+            return Usage(0, 0.0, used, free)
+        reading = self.cgroup.usage()
+        self._remember_counters()  # a few µs: keeps them if the container dies with its cgroup
+        return Usage(reading.memory_bytes, reading.cpu_usage_s, used, free)
+
+    def _storage(self) -> tuple[int | None, int | None]:
+        """The volume's free and used bytes, read from the host as the process backend does."""
+        reading = self.volume.free_and_used() if self.volume is not None else None
+        if reading is None or self.volume is None:
+            return None, None
+        free, used = reading
+        self._storage_full |= self.volume.is_full(free)
+        self._storage_peak = max(self._storage_peak, used)
+        return free, used
+
+    def is_alive(self) -> bool:
+        return bool(self._state().get("Running"))
+
+    def evidence(self) -> Evidence:
+        state = self._state()
+        alive = bool(state.get("Running"))
+        self._storage()
+        self._remember_counters()
+        c = self._snapshot.counters
+        if c.oom_kills or state.get("OOMKilled"):
+            self._snapshot.engine_oom_killed |= _engine.engine_saw_oom(
+                self.api, self.container_id, self._created_s, state
+            )
+        return Evidence(
+            oom_kills=max(c.oom_kills, int(self._snapshot.engine_oom_killed)),
+            memory_failcnt=c.memory_failcnt,
+            memory_peak_bytes=c.memory_peak_bytes,
+            pids_max_hits=c.pids_max_hits,
+            cpu_nr_periods=c.cpu_nr_periods,
+            cpu_throttled_periods=c.cpu_throttled_periods,
+            cpu_throttled_s=c.cpu_throttled_s,
+            cpu_usage_s=c.cpu_usage_s,
+            storage_used_bytes=self._storage_peak if self.volume is not None else None,
+            storage_ceiling_bytes=self.limits.storage_ceiling_bytes,
+            storage_full=self._storage_full,
+            sandbox_alive=alive,
+            engine_oom_killed=self._snapshot.engine_oom_killed,
+            notes=tuple(self.notes),
+        )
+
+    def observables(self) -> Observables:
+        """The container's init shares its network namespace: its net/dev is the trial's. Only
+        when its pid is this host's (the cgroup was found): a remote engine's pid is not."""
+        if self.cgroup is None:
+            return Observables()
+        return Observables(self.init_pid or None, self.cgroup.dirs.get("unified"))
+
+    def collect_logs(self, dest: Path) -> None:
+        """Copy the container's /logs tree to `dest` (works on a stopped container too)."""
+        import docker.errors
+
+        dest.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile() as spool:
+            try:
+                stream, _ = self.api.get_archive(self.container_id, "/logs")
+                for chunk in stream:
+                    spool.write(chunk)
+            except docker.errors.APIError:
+                return
+            spool.seek(0)
+            with tarfile.open(fileobj=spool) as tar:
+                for member in tar.getmembers():
+                    parts = PurePosixPath(member.name).parts[1:]  # drop the leading "logs"
+                    if not parts:
+                        continue
+                    member.name = str(PurePosixPath(*parts))
+                    with contextlib.suppress(tarfile.TarError, OSError):
+                        tar.extract(member, dest, filter="data")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self.api.remove_container(self.container_id, force=True, v=True)
+        if self.volume is not None:
+            _volumes.remove_volume(self.api, self.volume)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        import docker.errors
+
+        try:
+            return dict(self.api.inspect_container(self.container_id)["State"])
+        except docker.errors.NotFound:
+            return {}
+
+    def _require_alive(self) -> None:
+        state = self._state()
+        if not state.get("Running"):
+            self._snapshot.engine_oom_killed |= bool(state.get("OOMKilled"))
+            status = state.get("Status", "gone") if state else "gone"
+            raise SandboxDied(
+                f"container {self.container_id[:12]} is {status} "
+                f"(exit code {state.get('ExitCode', '?')})"
+            )
+
+    def _remember_counters(self) -> None:
+        if (
+            self.cgroup is not None
+            and self.cgroup.dirs[_container.memory_key(self.cgroup)].is_dir()
+        ):
+            self._snapshot.counters = self.cgroup.counters()
+
+    def _quiet(self, argv: list[str]) -> None:
+        """A helper command of the harness (mkdir, shim install); its failure is the sandbox's."""
+        self._require_alive()
+        exec_id = self.api.exec_create(self.container_id, argv)["Id"]
+        output = self.api.exec_start(exec_id)
+        code = self.api.exec_inspect(exec_id).get("ExitCode")
+        if code != 0:
+            text = output.decode(errors="replace").strip()[-500:]
+            raise SandboxDied(f"{argv[0]} in the container exited {code}: {text}")
