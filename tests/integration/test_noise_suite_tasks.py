@@ -17,6 +17,8 @@ import pytest
 
 from levelfield.agents.population import load_population
 from levelfield.agents.replay import load_trajectory
+from levelfield.analysis import summarize
+from levelfield.analysis.table import load_run
 from levelfield.config import RunConfig
 from levelfield.executor import run
 from levelfield.policy import resolve_policy
@@ -64,12 +66,14 @@ def test_a_control_task_passes_at_1x_with_the_oracle(tmp_path: Path) -> None:
 
 
 @pytest.mark.sandbox
-def test_a_hungry_trajectory_is_oom_killed_at_3x_and_passes_uncapped(tmp_path: Path) -> None:
+def test_a_hungry_trajectory_killed_at_3x_passes_uncapped_and_books_as_unlock(
+    tmp_path: Path,
+) -> None:
     records = _records(
         tmp_path / "run",
         task_names=["top-words"],
         agents=["replay:hungry"],
-        policies=["3x", "uncapped"],
+        policies=["strict", "3x", "uncapped"],
     )
     capped = records[("top-words", "replay:hungry", HEADROOM)]
     assert (capped.outcome, capped.reason) == (Outcome.INFRA_ERROR, Reason.OOM_KILLED)
@@ -79,6 +83,13 @@ def test_a_hungry_trajectory_is_oom_killed_at_3x_and_passes_uncapped(tmp_path: P
     spec_bytes = free.limits["memory_spec_bytes"]
     assert free.evidence.memory_peak_bytes is not None
     assert free.evidence.memory_peak_bytes > 3 * spec_bytes  # what made 3x too little
+
+    # killed at 1x and 3x, above 3x uncapped: the decomposition books the rise as the strategy's
+    summary = summarize(load_run(tmp_path / "run").trials, n_resamples=200)
+    step = next(d for d in summary.decompositions if d.after == "uncapped")
+    assert (step.before, step.strategy_kills, step.strategy_tasks) == (HEADROOM, 1, ("top-words",))
+    assert step.delta_score == pytest.approx(1.0)
+    assert (step.noise_removal, step.capability_unlock) == pytest.approx((0.0, 1.0))
 
 
 @pytest.mark.sandbox

@@ -21,7 +21,6 @@ noise.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -40,60 +39,63 @@ def strategy_kills(trials: pd.DataFrame, order: list[str]) -> pd.DataFrame:
     needed = {"reason", "peak_memory_bytes", "memory_spec_bytes", "memory_ceiling_multiple"}
     lean = _tidy.check_trials(trials)
     within = [c for c in _tidy.identity_columns(lean) if c != "policy"]
+    columns = [*within, "task", "before", "after", "n_strategy"]
     if not needed <= set(trials.columns):
-        return pd.DataFrame(columns=[*within, *STRATEGY_COLUMNS])
+        return pd.DataFrame(columns=columns)
     ceilings = _tidy.policy_ceilings(trials)
-    cells = _cells(trials, lean, within)
+    wide = _cells(trials, lean, within).unstack("policy")
+    policies = [p for p in order if p in wide["n"].columns]
+    n, n_killed, min_ratio = (
+        wide[field].reindex(columns=policies).to_numpy(float)
+        for field in ("n", "n_killed", "min_ratio")
+    )
+    limit = np.array([ceilings.get(p, math.nan) for p in policies])
     rows = []
-    for key, cell in cells.groupby([*within, "task", PATH], sort=True, observed=True):
-        found = _strategy_steps(cell.set_index("policy"), order, ceilings)
-        rows += [(*key[:-1], before, after, n) for before, after, n in found]
-    frame = pd.DataFrame(rows, columns=[*within, "task", "before", "after", "n_strategy"])
-    return frame.groupby([*within, "task", "before", "after"], sort=True, as_index=False)[
-        "n_strategy"
-    ].sum()[[*within, *STRATEGY_COLUMNS]]
+    for i, key in enumerate(wide.index):
+        for before, after in _strategy_steps(n[i], n_killed[i], min_ratio[i], limit):
+            rows.append(
+                (*(str(k) for k in key[:-1]), policies[before], policies[after], n[i, before])
+            )
+    frame = pd.DataFrame(rows, columns=columns).astype({"n_strategy": int})
+    keys = [*within, "task", "before", "after"]
+    return frame.groupby(keys, sort=True, as_index=False)["n_strategy"].sum()[columns]
 
 
 def _cells(trials: pd.DataFrame, lean: pd.DataFrame, within: list[str]) -> pd.DataFrame:
     """Per (identity, task, path, policy): trials, OOM kills, and the smallest peak / spec."""
-    reason = trials["reason"].astype("string").fillna("").to_numpy(str)
+    oom = (trials["reason"] == "oom_killed").to_numpy(bool)  # no string copy of a million rows
     peak = pd.to_numeric(trials["peak_memory_bytes"], errors="coerce").to_numpy(float)
     spec = pd.to_numeric(trials["memory_spec_bytes"], errors="coerce").to_numpy(float)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(spec > 0, peak / spec, np.nan)
-    path = (
-        trials[PATH].astype("string").fillna("").to_numpy(str)
-        if PATH in trials.columns
-        else np.full(len(trials), "")
+    if PATH in trials.columns:
+        path = pd.Categorical(trials[PATH].astype(object).where(trials[PATH].notna(), ""))
+    else:
+        path = pd.Categorical.from_codes(np.zeros(len(trials), int), [""])
+    frame = lean[[*within, "task", "policy"]].assign(
+        **{PATH: path}, killed=lean["infra"].to_numpy() & oom, ratio=ratio
     )
-    frame = (
-        lean[[*within, "policy", "task"]]
-        .astype(str)
-        .assign(
-            **{PATH: path}, killed=lean["infra"].to_numpy() & (reason == "oom_killed"), ratio=ratio
-        )
-    )
-    return (
-        frame.groupby([*within, "task", PATH, "policy"], sort=True, observed=True)
-        .agg(n=("killed", "size"), n_killed=("killed", "sum"), min_ratio=("ratio", "min"))
-        .reset_index()
-    )
+    grouped = frame.groupby([*within, "task", PATH, "policy"], sort=True, observed=True)
+    return grouped.agg(n=("killed", "size"), n_killed=("killed", "sum"), min_ratio=("ratio", "min"))
 
 
 def _strategy_steps(
-    cell: pd.DataFrame, order: list[str], ceilings: dict[str, float]
-) -> list[tuple[str, str, int]]:
-    present = [p for p in order if p in cell.index]
+    n: np.ndarray, n_killed: np.ndarray, min_ratio: np.ndarray, ceiling: np.ndarray
+) -> list[tuple[int, int]]:
+    """(before, after) positions among one cell's policies (NaN where it never ran) whose kills
+    at `before` are the path's: killed on every trial at `before` and each tighter policy (at
+    least one), never killed at `after` and above `before`'s ceiling on every trial there."""
+    present = np.flatnonzero(~np.isnan(n))
+    killed_all = n_killed == n
     found = []
-    for i, (before, after) in enumerate(itertools.pairwise(present)):
-        ladder = present[: i + 1]  # `before` and every tighter policy
-        killed_throughout = all(cell.at[p, "n_killed"] == cell.at[p, "n"] for p in ladder)
-        ceiling = ceilings.get(before, math.nan)
-        needs_more = (
-            cell.at[after, "n_killed"] == 0
-            and not math.isnan(ceiling)
-            and bool(cell.at[after, "min_ratio"] > ceiling)
-        )
-        if len(ladder) >= 2 and killed_throughout and needs_more:
-            found.append((before, after, int(cell.at[before, "n"])))
+    for i in range(1, len(present) - 1):
+        before, after = present[i], present[i + 1]
+        ladder = present[: i + 1]
+        if (
+            killed_all[ladder].all()
+            and n_killed[after] == 0
+            and not math.isnan(ceiling[before])
+            and min_ratio[after] > ceiling[before]
+        ):
+            found.append((int(before), int(after)))
     return found
