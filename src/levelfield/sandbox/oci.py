@@ -36,6 +36,7 @@ from levelfield.sandbox import (
     Usage,
     _cgroup,
     _container,
+    _engine,
     _images,
     _offline,
     _output,
@@ -185,7 +186,8 @@ class OciBackend:
                     raise HostUnsupported("; ".join(report.problems))
                 import docker
 
-                self._client = docker.DockerClient(base_url=report.url, timeout=API_TIMEOUT_S)
+                client = docker.DockerClient(base_url=report.url, timeout=API_TIMEOUT_S)
+                self._client = _engine.reconnecting(client)
             return self._client
 
     def report(self) -> EngineReport:
