@@ -15,6 +15,7 @@
     ├── AgentError                 the agent itself failed to run (bad trajectory, missing solution)
     ├── ApiError                   a model API kept failing after the retry policy: infra, not agent
     └── StoreError                 the run's database is unusable or locked by a live run
+        └── RunDirFull             the run directory's filesystem filled: the run stops
 
 `outcome.py` maps each class (along its MRO) to a reason; a new class needs its row there.
 """
@@ -92,3 +93,8 @@ class ApiError(LevelfieldError):
 
 class StoreError(LevelfieldError):
     """The run's store cannot be opened or is held by another live run."""
+
+
+class RunDirFull(StoreError):
+    """The run directory's filesystem is (nearly) full. The run stops: a trial run without room
+    for its disk, logs or record would be booked as a failure that is the harness's own."""

@@ -43,6 +43,7 @@ REASON_OF_ERROR: Final = MappingProxyType(
         errors.AgentError: Reason.AGENT_ERROR,
         errors.ApiError: Reason.API_ERROR,
         errors.InputError: Reason.HARNESS_ERROR,  # should have been refused before the run
+        errors.RunDirFull: Reason.HARNESS_ERROR,  # stops the run; never stored as a trial
         errors.StoreError: Reason.HARNESS_ERROR,
         errors.LevelfieldError: Reason.HARNESS_ERROR,
     }

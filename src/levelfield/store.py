@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from levelfield._room import is_disk_full, run_dir_full
 from levelfield.errors import StoreError
 from levelfield.records import TrialRecord
 
@@ -48,8 +49,14 @@ class Store:
         except BlockingIOError:
             os.close(lock_fd)
             raise StoreError(f"{run_dir} is being written by another live levelfield run") from None
-        conn = _connect(run_dir / DB_NAME)
-        conn.executescript(SCHEMA)
+        try:
+            conn = _connect(run_dir / DB_NAME)
+            conn.executescript(SCHEMA)
+        except (StoreError, sqlite3.OperationalError) as exc:
+            os.close(lock_fd)
+            if is_disk_full(exc):
+                raise run_dir_full(run_dir) from exc
+            raise
         return cls(run_dir, conn, lock_fd)
 
     @classmethod
@@ -76,7 +83,7 @@ class Store:
         return {k: json.loads(v) for k, v in rows}
 
     def set_meta(self, values: dict[str, Any]) -> None:
-        with self._conn:
+        with self._writing("meta"):
             self._conn.executemany(
                 "INSERT INTO meta(key, value) VALUES (?, ?) "
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -84,11 +91,22 @@ class Store:
             )
 
     def add_plan(self, window: str, seed: int, created_at: str, keys: Iterable[str]) -> None:
-        with self._conn:
+        with self._writing("plan"):
             self._conn.execute(
                 "INSERT INTO plans(window, seed, created_at, trial_keys) VALUES (?, ?, ?, ?)",
                 (window, seed, created_at, json.dumps(list(keys))),
             )
+
+    @contextlib.contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """One transaction; a full disk rolls it back whole and says so (RunDirFull)."""
+        try:
+            with self._conn:
+                yield
+        except sqlite3.OperationalError as exc:
+            if is_disk_full(exc):
+                raise run_dir_full(self.run_dir) from exc
+            raise StoreError(f"{self.run_dir}: cannot write the {what}: {exc}") from exc
 
     def plans(self) -> list[dict[str, Any]]:
         rows = self._conn.execute(
@@ -105,7 +123,7 @@ class Store:
     def commit(self, record: TrialRecord) -> None:
         """One transaction per trial: a crash loses at most the trials still running."""
         try:
-            with self._conn:
+            with self._writing(f"record of trial {record.trial_key}"):
                 self._conn.execute(
                     "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (

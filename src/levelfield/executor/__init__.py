@@ -7,6 +7,7 @@ earlier invocation of this run left; plan, skip stored trials, execute; reap aga
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import uuid
 from collections.abc import Callable, Sequence
@@ -16,10 +17,17 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from levelfield._room import check_room
 from levelfield.agents import make_agent
 from levelfield.config import RunConfig
 from levelfield.cost import PricingStore, load_prices
-from levelfield.errors import HostUnsupported, InputError, LevelfieldError, RunConfigError
+from levelfield.errors import (
+    HostUnsupported,
+    InputError,
+    LevelfieldError,
+    RunConfigError,
+    RunDirFull,
+)
 from levelfield.executor._reaping import note_reaped
 from levelfield.executor.local import Admission, LocalExecutor, OnTrial
 from levelfield.executor.ray import RayExecutor, RetryPolicy, import_ray
@@ -107,12 +115,14 @@ def run(
         if on_this_host:
             note_reaped(store, host=platform.node(), count=backend.reap(run_id), when="start")
         try:
+            check_room(run_dir)
             priced = PricingStore(store, prices, config.agent_options.model)
             executed = _execute_blocks(todo, backend, ctx, priced, config, on_trial)  # type: ignore[arg-type]
         finally:
-            if on_this_host:
-                note_reaped(store, host=platform.node(), count=backend.reap(run_id), when="end")
-            store.set_meta({"finished_at": _now(), **_probes_meta(ctx.prober, store.meta())})
+            reaped = backend.reap(run_id) if on_this_host else 0
+            with contextlib.suppress(RunDirFull):  # the error that stopped the run says so
+                note_reaped(store, host=platform.node(), count=reaped, when="end")
+                store.set_meta({"finished_at": _now(), **_probes_meta(ctx.prober, store.meta())})
     return RunResult(
         run_dir, run_id, len(trials), len(trials) - len(todo), executed, dataset.problems, todo
     )

@@ -3,7 +3,8 @@
 A trial starts only when its floor fits beside the floors of the trials in flight (host
 admission, what a Kubernetes scheduler does with requests). Records are committed from the
 calling thread as each trial ends. On Ctrl-C every live sandbox is closed, the trials in flight
-are discarded (they rerun on resume), and KeyboardInterrupt propagates.
+are discarded (they rerun on resume), and KeyboardInterrupt propagates; a full run directory
+(`_room`) stops the run the same way, with RunDirFull.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
+from levelfield._room import check_room, is_disk_full, run_dir_full
 from levelfield.errors import AdmissionError
 from levelfield.plan import Trial
 from levelfield.policy import Limits
@@ -95,8 +97,9 @@ class LocalExecutor:
             try:
                 while pending:
                     done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                    check_room(self.ctx.run_dir)  # a trial that ran out of room is not stored
                     for future in done:
-                        record = future.result()
+                        record = self._result(future)
                         store.commit(record)
                         committed += 1
                         if on_trial:
@@ -109,9 +112,18 @@ class LocalExecutor:
                 raise
         return committed
 
+    def _result(self, future: Future[TrialRecord]) -> TrialRecord:
+        try:
+            return future.result()
+        except Exception as exc:
+            if is_disk_full(exc):
+                raise run_dir_full(self.ctx.run_dir) from exc
+            raise
+
     def _one(self, trial: Trial, admission: Admission, stop: threading.Event) -> TrialRecord:
         if stop.is_set():
             raise KeyboardInterrupt
+        check_room(self.ctx.run_dir)
         asked = time.monotonic()
         try:
             with admission.admit(trial.limits, stop):

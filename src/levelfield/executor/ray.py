@@ -46,6 +46,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from levelfield._room import check_room
 from levelfield.errors import (
     AdmissionError,
     HostPressure,
@@ -299,6 +300,7 @@ class RayExecutor:
 
     def _commit(self, store: Store, on_trial: OnTrial | None, result: NodeResult) -> None:
         record = result.record
+        check_room(self.ctx.run_dir)  # on the driver: the store and shipped logs live here
         store.commit(record)
         self._unpack(record, result.logs_tar)
         if on_trial:

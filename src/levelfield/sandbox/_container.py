@@ -18,11 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from levelfield.errors import HostUnsupported
+from levelfield.errors import HostUnsupported, SandboxDied
 from levelfield.sandbox import _cgroup
 
 EXEC_POLL_S = 0.25  # how often a running exec is inspected: ~1 API call per poll
 EXEC_DRAIN_S = 0.5  # output still in flight after the exec's main process ended
+EXEC_SETTLE_S = 2.0  # an engine's exec state lags its process's end by milliseconds; 2 s is ample
 
 
 def container_cgroup(pid: int) -> _cgroup.TrialCgroup | None:
@@ -75,7 +76,28 @@ def run_exec(api: Any, exec_id: str, log: Any, timeout_s: float) -> bool:
             break
     _shutdown(sock)
     reader.join(EXEC_DRAIN_S)
-    return timed_out
+    return timed_out or _outlived_stream(api, exec_id, deadline)
+
+
+def _outlived_stream(api: Any, exec_id: str, deadline: float) -> bool:
+    """The stream can end before the exec does: a restarted engine API service drops it while
+    the process runs on. Wait for the exec's own end (True: it reached the timeout). An exec
+    that ended while no service watched it has no exit code: podman still calls it running."""
+    settle = time.monotonic() + EXEC_SETTLE_S
+    while True:
+        state = api.exec_inspect(exec_id)
+        if not state.get("Running"):
+            return False
+        pid = int(state.get("Pid") or 0)
+        if time.monotonic() >= deadline:
+            _kill_tree(pid)
+            return True
+        if not (pid and Path(f"/proc/{pid}").exists()) and time.monotonic() >= settle:
+            raise SandboxDied(
+                "the engine's API dropped the phase's stream (its service restarted?) and lost "
+                "track of it: the phase ran on, but its exit code and later output are unknown"
+            )
+        time.sleep(EXEC_POLL_S)
 
 
 def _copy_frames(sock: Any, log: Any) -> None:

@@ -33,6 +33,7 @@ from levelfield.sandbox import (
     _images,
     _offline,
     _pull,
+    _reconnect,
     _volumes,
     _workspace,
 )
@@ -125,7 +126,8 @@ class OciBackend:
                     raise HostUnsupported("; ".join(report.problems))
                 import docker
 
-                self._client = docker.DockerClient(base_url=report.url, timeout=API_TIMEOUT_S)
+                client = docker.DockerClient(base_url=report.url, timeout=API_TIMEOUT_S)
+                self._client = _reconnect.reconnecting(client)
             return self._client
 
     def report(self) -> EngineReport:
