@@ -3,14 +3,15 @@
 #   scripts/setup.sh          what `levelfield run/sweep/report` need (process backend)
 #   scripts/setup.sh test     plus what the test suite exercises for real: Chromium (HTML
 #                             report), podman + runc + stand-in base images (oci backend), Ray,
-#                             the model SDKs, and Node.js (a CLI agent installed with npm)
+#                             the model SDKs, Node.js (a CLI agent installed with npm), and QEMU
+#                             with a kernel for the cgroup v2 VM (scripts/vm_cgroup2.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile="${1:-run}"
 
 packages=(bubblewrap e2fsprogs util-linux procps python3-venv)
 if [ "$profile" = test ]; then
-  packages+=(chromium)
+  packages+=(chromium qemu-system-x86)
   command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 missing=()
@@ -31,4 +32,5 @@ extras=""
 if [ "$profile" = test ]; then
   bash scripts/oci_setup.sh           # podman, runc, its API socket (~10-30 s fresh, <1 s after)
   bash scripts/offline_bases.sh .venv/bin/python  # stand-in bases: ~5 min once, then cached
+  bash scripts/vm_cgroup2.sh --build  # the cgroup v2 VM's kernel + initramfs: ~20 s once, cached
 fi

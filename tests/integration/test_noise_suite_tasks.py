@@ -49,6 +49,7 @@ def test_every_task_loads_with_a_category_and_three_trajectories() -> None:
         assert {"cpus", "memory_mb", "storage_mb"} <= set(toml["environment"]), task.name
 
 
+@pytest.mark.cgroup2
 @pytest.mark.sandbox
 def test_a_control_task_passes_at_1x_with_the_oracle(tmp_path: Path) -> None:
     records = _records(tmp_path / "run", task_names=["csv-totals"], policies=["strict"])
@@ -57,6 +58,7 @@ def test_a_control_task_passes_at_1x_with_the_oracle(tmp_path: Path) -> None:
     assert record.evidence.oom_kills == 0
 
 
+@pytest.mark.cgroup2
 @pytest.mark.sandbox
 def test_a_hungry_trajectory_is_oom_killed_at_3x_and_passes_uncapped(tmp_path: Path) -> None:
     records = _records(
@@ -75,6 +77,7 @@ def test_a_hungry_trajectory_is_oom_killed_at_3x_and_passes_uncapped(tmp_path: P
     assert free.evidence.memory_peak_bytes > 3 * spec_bytes  # what made 3x too little
 
 
+@pytest.mark.cgroup2
 @pytest.mark.sandbox
 def test_the_disk_task_fills_its_disk_at_1x_and_fits_at_3x(tmp_path: Path) -> None:
     records = _records(tmp_path / "run", task_names=["bundle-assets"], policies=["strict", "3x"])
