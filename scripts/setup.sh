@@ -4,14 +4,15 @@
 #   scripts/setup.sh test     plus what the test suite exercises for real: Chromium (HTML
 #                             report), podman + runc and the Docker Engine + stand-in base
 #                             images (oci backend), the image registry (docker-registry), Ray,
-#                             the model SDKs, and Node.js (a CLI agent installed with npm)
+#                             the model SDKs, Node.js (a CLI agent installed with npm), and QEMU
+#                             with a kernel for the cgroup v2 VM (scripts/vm_cgroup2.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile="${1:-run}"
 
 packages=(bubblewrap e2fsprogs util-linux procps iproute2 iptables python3-venv)
 if [ "$profile" = test ]; then
-  packages+=(chromium docker-registry)
+  packages+=(chromium docker-registry qemu-system-x86)
   command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 missing=()
@@ -35,4 +36,5 @@ if [ "$profile" = test ]; then
   bash scripts/docker_setup.sh        # the Docker Engine beside podman (~20 s fresh, <1 s after)
   DOCKER_HOST=unix:///run/levelfield-docker.sock \
     bash scripts/offline_bases.sh .venv/bin/python  # the same bases in Docker (cached: ~15 s)
+  bash scripts/vm_cgroup2.sh --build  # the cgroup v2 VM's kernel + initramfs: ~20 s once, cached
 fi

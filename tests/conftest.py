@@ -46,6 +46,16 @@ def _sandbox_prerequisites(request: pytest.FixtureRequest) -> None:
         require(missing_sandbox_prerequisites(), "a process sandbox")
 
 
+@pytest.fixture(autouse=True)
+def _expected_cgroup_version() -> None:
+    """Inside the VM, a test that found cgroup v1 would prove nothing about v2."""
+    expected = os.environ.get("LEVELFIELD_EXPECT_CGROUP")
+    if expected:
+        from levelfield.sandbox._cgroup import detect
+
+        assert detect().version == int(expected), f"expected cgroup v{expected} here"
+
+
 MakeTask = Callable[..., Path]
 
 

@@ -43,14 +43,38 @@ def _cgroups() -> list[Check]:
     checks = [Check("cgroup version", True, host.describe())]
     probe = _cgroup.TrialCgroup(host, "doctor", uuid.uuid4().hex[:8])
     for name, path in probe.dirs.items():
-        try:
-            path.mkdir(parents=True)
-            checks.append(Check(f"cgroup {name}", True, f"writable under {path.parents[2]}"))
-        except OSError as exc:
-            checks.append(Check(f"cgroup {name}", False, f"cannot create {path}: {exc.strerror}"))
+        checks.append(_cgroup_writable(name, path, delegate=host.version == 2))
     for base in host.bases.values():
         _cgroup.remove_tree(base / _cgroup.PREFIX / "doctor")
+    if host.version == 2:
+        checks.append(_memory_floor(host.bases["unified"]))
     return checks
+
+
+def _cgroup_writable(name: str, path: Path, *, delegate: bool) -> Check:
+    """On v2 the controllers must also be enabled down to the trial, as a trial's start does."""
+    try:
+        if delegate:
+            _cgroup.enable_v2_controllers(path)
+        path.mkdir(parents=True, exist_ok=True)
+    except HostUnsupported as exc:
+        return Check(f"cgroup {name}", False, str(exc))
+    except OSError as exc:
+        return Check(f"cgroup {name}", False, f"cannot create {path}: {exc.strerror}")
+    done = "memory, cpu and pids delegated" if delegate else "writable"
+    return Check(f"cgroup {name}", True, f"{done} under {path.parents[2]}")
+
+
+def _memory_floor(own: Path) -> Check:
+    """Floors are best effort, so a void memory.low is said, not failed."""
+    gap = _cgroup.unprotected_ancestor(own)
+    if gap is None:
+        return Check("memory floor", True, f"memory.low protects trials as far as {own} is")
+    return Check(
+        "memory floor",
+        True,
+        f"memory.low floors have no effect: {gap} has memory.low 0 (systemd: MemoryLow= on it)",
+    )
 
 
 def _bwrap() -> Check:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from levelfield.sandbox._cgroup import detect
+
 from ..conftest import EXAMPLES, MakeTask
 
 pytestmark = pytest.mark.sandbox
@@ -70,8 +72,14 @@ def test_tasks_check_with_nop_flags_a_task_that_tests_nothing(
     assert "passes with the nop agent" in done.stdout and "1 with problems" in done.stdout
 
 
+@pytest.mark.cgroup2
 def test_doctor_reports_what_this_host_enforces() -> None:
     done = _levelfield("doctor")
     assert done.returncode == 0, done.stdout
-    for check in ("cgroup version", "cgroup memory", "bubblewrap", "storage ceiling"):
+    version = detect().version
+    cgroup = "cgroup unified" if version == 2 else "cgroup memory"
+    for check in ("cgroup version", cgroup, "bubblewrap", "storage ceiling"):
         assert check in done.stdout
+    assert f"cgroup v{version}:" in done.stdout
+    if version == 2:  # the controllers were really enabled down to a trial's parent
+        assert "memory, cpu and pids delegated" in done.stdout and "memory floor" in done.stdout

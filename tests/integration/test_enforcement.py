@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from levelfield.policy import PRESETS, Policy
 from levelfield.records import Outcome, Reason
+from levelfield.sandbox._cgroup import PREFIX, detect
 
 from ..conftest import MakeTask
 from ._helpers import leftovers, run_one, run_records, run_with_policy
@@ -19,6 +22,7 @@ pytestmark = pytest.mark.sandbox
 ALLOC_THEN_MARK = 'python3 -c \'b = b"x" * ({mb} << 20); open("/app/done", "w").write("ok")\''
 
 
+@pytest.mark.cgroup2
 def test_twice_the_spec_is_oom_killed_under_strict_and_passes_under_headroom(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
@@ -34,6 +38,7 @@ def test_twice_the_spec_is_oom_killed_under_strict_and_passes_under_headroom(
     assert headroom.limits["memory_ceiling_bytes"] == 3 * (64 << 20)
 
 
+@pytest.mark.cgroup2
 def test_cpu_bound_work_is_throttled_under_its_cpu_ceiling(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
@@ -50,6 +55,7 @@ def test_cpu_bound_work_is_throttled_under_its_cpu_ceiling(
     assert len(uncapped.telemetry.samples) >= 2  # the sampler ran beside the trial
 
 
+@pytest.mark.cgroup2
 def test_fork_bomb_hits_the_pids_ceiling_and_the_host_is_unaffected(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
@@ -63,6 +69,7 @@ def test_fork_bomb_hits_the_pids_ceiling_and_the_host_is_unaffected(
     assert leftovers("api-bomb", tmp_path / "bomb") == []
 
 
+@pytest.mark.cgroup2
 def test_writing_past_the_storage_ceiling_is_storage_exhausted(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
@@ -73,6 +80,66 @@ def test_writing_past_the_storage_ceiling_is_storage_exhausted(
     assert strict.evidence.storage_full and strict.evidence.storage_ceiling_bytes == 16 << 20
     assert "No space left on device" in strict.agent_phase.output_tail
     assert run_one(task, tmp_path / "headroom", "headroom").outcome is Outcome.PASSED
+
+
+@pytest.mark.cgroup2
+def test_floors_are_written_where_the_kernel_reads_them(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    """Floors are shares and protections, not kills: read them from the live trial cgroup."""
+    task = make_task("floors", solve="sleep 5; touch /app/done", memory_mb=96, cpus=0.5)
+    seen: dict[str, str] = {}
+    trial = threading.Thread(
+        target=lambda: seen.update(
+            record=run_with_policy(task, tmp_path / "floors", PRESETS["headroom"])
+        )
+    )
+    trial.start()
+    try:
+        seen.update(_floor_files_while_running(trial))
+    finally:
+        trial.join()
+    host = detect()
+    if host.version == 2:
+        # runc's cpu.shares → cpu.weight mapping for 0.5 CPU (512 shares): 1 + 510 * 9999 // 262142
+        assert (seen["memory.low"], seen["cpu.weight"]) == (str(96 << 20), "20")
+        assert seen["parents memory.low"] == "max max"  # protection passes down to the trial
+    else:
+        assert (seen["memory.soft_limit_in_bytes"], seen["cpu.shares"]) == (str(96 << 20), "512")
+    assert seen["record"].outcome is Outcome.PASSED  # type: ignore[attr-defined]
+
+
+def _floor_files_while_running(trial: threading.Thread) -> dict[str, str]:
+    """Once the trial's init has joined its cgroup, its limits are written: read the floors
+    (v1 keeps them in two hierarchies, memory and cpu; v2 in one directory)."""
+    names = ("memory.low", "cpu.weight", "memory.soft_limit_in_bytes", "cpu.shares")
+    while trial.is_alive():
+        found: dict[str, str] = {}
+        for base in detect().bases.values():
+            for trial_dir in (base / PREFIX / "api-floors").glob("*/"):
+                if not _read_or_empty(trial_dir / "cgroup.procs"):
+                    continue
+                found |= {
+                    n: _read_or_empty(trial_dir / n) for n in names if (trial_dir / n).exists()
+                }
+                parents = (trial_dir.parent, trial_dir.parent.parent)
+                found["parents memory.low"] = " ".join(
+                    _read_or_empty(p / "memory.low") for p in parents
+                )
+        if {"memory.low", "cpu.weight"} <= found.keys() or {
+            "memory.soft_limit_in_bytes",
+            "cpu.shares",
+        } <= found.keys():
+            return found
+        time.sleep(0.02)
+    raise AssertionError("the trial ended before its cgroup held a process")
+
+
+def _read_or_empty(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def test_timeouts_by_phase(make_task: MakeTask, tmp_path: Path) -> None:

@@ -57,6 +57,7 @@ def test_every_task_loads_with_a_category_trajectories_and_a_population() -> Non
             assert load_trajectory(task.path / "trajectories" / f"{name}.json").steps, task.name
 
 
+@pytest.mark.cgroup2
 @pytest.mark.sandbox
 def test_a_control_task_passes_at_1x_with_the_oracle(tmp_path: Path) -> None:
     records = _records(tmp_path / "run", task_names=["csv-totals"], policies=["strict"])
@@ -65,6 +66,7 @@ def test_a_control_task_passes_at_1x_with_the_oracle(tmp_path: Path) -> None:
     assert record.evidence.oom_kills == 0
 
 
+@pytest.mark.cgroup2
 @pytest.mark.sandbox
 def test_a_hungry_trajectory_killed_at_3x_passes_uncapped_and_books_as_unlock(
     tmp_path: Path,
@@ -92,6 +94,7 @@ def test_a_hungry_trajectory_killed_at_3x_passes_uncapped_and_books_as_unlock(
     assert (step.noise_removal, step.capability_unlock) == pytest.approx((0.0, 1.0))
 
 
+@pytest.mark.cgroup2
 @pytest.mark.sandbox
 def test_the_disk_task_fills_its_disk_at_1x_and_fits_at_3x(tmp_path: Path) -> None:
     records = _records(tmp_path / "run", task_names=["bundle-assets"], policies=["strict", "3x"])

@@ -40,6 +40,7 @@ def _command(dataset: Path, out: Path) -> list[str]:
     ]
 
 
+@pytest.mark.cgroup2
 def test_kill_9_mid_run_then_resume_runs_every_trial_exactly_once(
     make_task: MakeTask, tmp_path: Path
 ) -> None:

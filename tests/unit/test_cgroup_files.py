@@ -1,8 +1,12 @@
 """Parsing of /proc and cgroup files, on the formats the kernel writes (v2 cannot be exercised
-on a v1 host, so its counters are read from files laid out as the kernel lays them out)."""
+on a v1 host, so its counters are read from files laid out as the kernel lays them out; the real
+v2 runs in the VM of tests/integration/test_cgroup2_vm.py)."""
 
 from pathlib import Path
 
+import pytest
+
+from levelfield.sandbox import _cgroup
 from levelfield.sandbox._cgroup import CgroupHost, TrialCgroup, _own_paths, _v1_mounts
 
 PROC_CGROUP_V1 = """9:name=systemd:/
@@ -61,3 +65,41 @@ def test_v1_trial_dirs_nest_under_each_controllers_own_cgroup(tmp_path: Path) ->
     cgroup = TrialCgroup(host, "run1", "t1")
     assert cgroup.dirs["memory"] == tmp_path / "memory/process_api/abc/levelfield/run1/t1"
     assert len(cgroup.procs_files()) == 3  # cpu and cpuacct share one hierarchy here
+
+
+def _levels(root: Path, lows: dict[str, str]) -> Path:
+    for rel, low in lows.items():
+        (root / rel).mkdir(parents=True, exist_ok=True)
+        (root / rel / "memory.low").write_text(f"{low}\n")
+    return root / max(lows, key=len)
+
+
+@pytest.mark.parametrize(
+    ("lows", "options", "gap"),
+    [
+        (
+            {"a.slice": "0", "a.slice/b.scope": "max"},
+            "rw,nsdelegate,memory_recursiveprot",
+            "a.slice",
+        ),
+        ({"a.slice": "1048576", "a.slice/b.scope": "0"}, "rw,nsdelegate", "a.slice/b.scope"),
+        (
+            {"a.slice": "1048576", "a.slice/b.scope": "0"},
+            "rw,nsdelegate,memory_recursiveprot",
+            None,
+        ),
+        ({"a.slice": "max", "a.slice/b.scope": "max"}, "rw", None),
+    ],
+)
+def test_memory_low_is_void_below_an_unprotected_ancestor(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    lows: dict[str, str],
+    options: str,
+    gap: str | None,
+) -> None:
+    """The kernel caps a cgroup's memory.low at its parent's effective one (cgroup-v2.rst)."""
+    monkeypatch.setattr(_cgroup, "CGROUP_ROOT", tmp_path)
+    own = _levels(tmp_path, lows)
+    mounts = f"cgroup2 {tmp_path} cgroup2 {options} 0 0\n"
+    assert _cgroup.unprotected_ancestor(own, mounts) == (tmp_path / gap if gap else None)

@@ -6,6 +6,12 @@ create children beneath its own memory cgroup. v2 (most users' machines): one di
 memory.max / cpu.max / pids.max, under the harness's own cgroup, which must have the controllers
 delegated. Trial cgroups live at `<own>/levelfield/<run_id>/<trial_id>` so that a resumed run can
 find and reap exactly its own leftovers, and never another live run's.
+
+On v2 a cgroup that holds processes cannot enable controllers for its children ("no internal
+processes"), and the harness always sits in its own cgroup: a systemd scope started with
+`systemd-run --scope -p Delegate=yes`, a login session, a container's root. So the processes of
+`<own>` move into the leaf `<own>/levelfield-harness` first, as container engines do with their
+init; a later levelfield started from there finds `<own>` again, never nesting deeper.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import errno
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,10 +30,13 @@ from levelfield.policy import Limits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PREFIX = "levelfield"
+HARNESS_LEAF = "levelfield-harness"  # v2: where the processes of the harness's own cgroup go
+V2_CONTROLLERS = ("memory", "cpu", "pids")
 V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
 CFS_PERIOD_US = 100_000  # the kernel's default period; Docker and Kubernetes use it too
 CPU_SHARES_PER_CPU = 1024  # Docker's --cpu-shares for one CPU; Kubernetes' request → shares
 KILL_WAIT_S = 5.0
+MOVE_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +119,8 @@ def detect(proc_cgroup: str | None = None, proc_mounts: str | None = None) -> Cg
     own = _own_paths(proc_cgroup)
     controllers_file = CGROUP_ROOT / "cgroup.controllers"
     if controllers_file.exists() and "memory" in controllers_file.read_text().split():
-        return CgroupHost(2, {"unified": CGROUP_ROOT / own.get("", "/").lstrip("/")})
+        base = CGROUP_ROOT / own.get("", "/").lstrip("/")
+        return CgroupHost(2, {"unified": base.parent if base.name == HARNESS_LEAF else base})
     mounts = _v1_mounts(proc_mounts)
     missing = [c for c in V1_CONTROLLERS if c not in mounts]
     if missing:
@@ -146,7 +156,7 @@ class TrialCgroup:
     def create(self, limits: Limits) -> None:
         try:
             if self.is_v2:
-                _enable_v2_controllers(self.dirs["unified"])
+                enable_v2_controllers(self.dirs["unified"])
             for path in self.dirs.values():
                 path.mkdir(parents=True, exist_ok=True)
             self._apply(limits)
@@ -159,12 +169,16 @@ class TrialCgroup:
         """CPU floors are shares among siblings; the levelfield/ and run/ levels above the trials
         compete with everything else on the host. With the default weight (one CPU's worth) a
         few busy host processes would leave all trials together a fraction of a core, so those
-        levels weigh as much as the whole host's CPUs: the trials' floors hold under load."""
+        levels weigh as much as the whole host's CPUs: the trials' floors hold under load.
+
+        On v2 a memory.low protects a cgroup only as far as every ancestor's does, so those two
+        levels pass down ("max") whatever protection the harness's own cgroup has."""
         host_shares = CPU_SHARES_PER_CPU * (os.cpu_count() or 1)
         cpu = self._dir("cpu")
         for level in (cpu.parent, cpu.parent.parent):
             if self.is_v2:
                 _write(level / "cpu.weight", min(10000, 100 * (os.cpu_count() or 1)), optional=True)
+                _write(level / "memory.low", "max", optional=True)
             else:
                 _write(level / "cpu.shares", host_shares, optional=True)
 
@@ -248,25 +262,72 @@ def _v2_counters(d: Path) -> Counters:
     )
 
 
-def _enable_v2_controllers(trial_dir: Path) -> None:
-    """Delegate memory, cpu and pids down from the harness's cgroup to the trial's parent.
-
-    The harness's own cgroup may hold processes (the harness itself), which v2 forbids for a cgroup
-    that delegates controllers; the message then says how to start from a delegated scope.
-    """
+def enable_v2_controllers(trial_dir: Path) -> None:
+    """Delegate memory, cpu and pids down from the harness's cgroup to the trial's parent."""
     own = trial_dir.parents[2]
-    for level in (own, own / PREFIX, trial_dir.parent):
+    _enable_v2_at(own, _move_processes_into_leaf)
+    for level in (own / PREFIX, trial_dir.parent):
         level.mkdir(exist_ok=True)
+        _enable_v2_at(level, None)
+
+
+def _enable_v2_at(level: Path, make_room: Callable[[Path], None] | None) -> None:
+    enabled = _read(level / "cgroup.subtree_control").split()
+    if all(c in enabled for c in V2_CONTROLLERS):
+        return
+    missing = [c for c in V2_CONTROLLERS if c not in _read(level / "cgroup.controllers").split()]
+    if missing:
+        raise HostUnsupported(
+            f"cgroup v2: {level} has no {', '.join(missing)} controller; start levelfield in a "
+            "cgroup that has them delegated: systemd-run --scope -p Delegate=yes levelfield …"
+        )
+    for _ in range(MOVE_ATTEMPTS):
         try:
-            (level / "cgroup.subtree_control").write_text("+memory +cpu +pids")
+            (level / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in V2_CONTROLLERS))
+            return
         except OSError as exc:
-            if exc.errno in (errno.EBUSY, errno.ENOTSUP, errno.EOPNOTSUPP):
+            if exc.errno != errno.EBUSY or make_room is None:
                 raise HostUnsupported(
-                    f"cgroup v2: cannot delegate controllers below {level} ({exc.strerror}); start "
-                    "levelfield in a delegated scope: "
-                    "systemd-run --scope -p Delegate=yes levelfield …"
+                    f"cgroup v2: cannot delegate controllers below {level} ({exc.strerror})"
                 ) from exc
-            raise
+            make_room(level)  # a process forked meanwhile is moved on the next attempt
+    raise HostUnsupported(f"cgroup v2: processes keep appearing in {level}; cannot delegate")
+
+
+def _move_processes_into_leaf(own: Path) -> None:
+    """v2 forbids controllers below a cgroup with processes of its own: move them one down."""
+    leaf = own / HARNESS_LEAF
+    leaf.mkdir(exist_ok=True)
+    for pid in _read(own / "cgroup.procs").split():
+        with contextlib.suppress(ProcessLookupError):  # exited meanwhile
+            (leaf / "cgroup.procs").write_text(pid)
+
+
+def unprotected_ancestor(own: Path, proc_mounts: str | None = None) -> Path | None:
+    """v2: the cgroup above `own` whose memory.low of 0 voids the trials' memory.low floors.
+
+    The kernel caps a cgroup's protection at its parent's; a child of the root keeps its own.
+    With the mount option memory_recursiveprot (systemd's default) a level without a memory.low
+    of its own still passes its parent's protection down, so only the top level must set one."""
+    proc_mounts = proc_mounts if proc_mounts is not None else Path("/proc/mounts").read_text()
+    recursive = any(
+        line.split()[2] == "cgroup2" and "memory_recursiveprot" in line.split()[3]
+        for line in proc_mounts.splitlines()
+        if len(line.split()) >= 4
+    )
+    chain = [own, *own.parents]
+    levels = [p for p in chain if CGROUP_ROOT in p.parents][::-1]  # top level first
+    for depth, level in enumerate(levels):
+        if _read_or(level / "memory.low") == "0" and (depth == 0 or not recursive):
+            return level
+    return None
+
+
+def _read_or(path: Path, default: str = "") -> str:
+    try:
+        return _read(path)
+    except OSError:
+        return default
 
 
 def _write(path: Path, value: object, *, optional: bool = False) -> None:
