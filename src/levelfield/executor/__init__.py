@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from levelfield.agents import make_agent
+from levelfield.agents.population import PopulationAgent
 from levelfield.config import RunConfig
 from levelfield.errors import HostUnsupported, InputError, LevelfieldError
 from levelfield.executor.local import Admission, LocalExecutor, OnTrial
@@ -105,7 +106,9 @@ def run(
 def _plan(config: RunConfig, dataset: Dataset, policies: list[Policy]) -> list[Trial]:
     agents = config.resolved_agents()
     for spec in agents:
-        make_agent(spec, config.agent_options)  # a misconfigured agent fails before any trial
+        agent = make_agent(spec, config.agent_options)  # a misconfigured agent fails here
+        if isinstance(agent, PopulationAgent):
+            agent.check(dataset.tasks)
     return plan_trials(
         dataset.tasks,
         agents,
