@@ -17,7 +17,11 @@ from levelfield.agents.population import (
     draw_uniform,
     load_population,
 )
-from levelfield.errors import AgentError
+from levelfield.config import RunConfig
+from levelfield.errors import AgentError, RunConfigError
+from levelfield.executor import run
+
+from ..conftest import MakeTask
 
 MIXTURE = {"lean": 0.5, "lean-wrong": 0.1, "hungry-wrong": 0.15, "hungry": 0.25}
 
@@ -97,3 +101,20 @@ def test_make_agent_places_the_population_in_the_design() -> None:
     expected = ("population", "population", DrawPoint(3, "evening"))
     assert (agent.name, agent.source, agent.at) == expected
     assert make_agent("population:mix").source == "mix"  # type: ignore[attr-defined]
+
+
+def test_a_run_with_a_task_lacking_its_population_is_refused_before_any_trial(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    make_task(
+        "has",
+        files={
+            "trajectories/lean.json": '{"steps": []}',
+            "trajectories/population.toml": "[probabilities]\nlean = 1.0\n",
+        },
+    )
+    make_task("lacks")
+    config = RunConfig(dataset=tmp_path / "dataset", out=tmp_path / "run", agents=["population"])
+    with pytest.raises(RunConfigError, match=r"lacks: .*population not found"):
+        run(config)
+    assert not (tmp_path / "run").exists()

@@ -20,6 +20,7 @@ import hashlib
 import math
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from levelfield.agents import AgentRun
 from levelfield.agents.replay import ReplayAgent
-from levelfield.errors import AgentError
+from levelfield.errors import AgentError, RunConfigError
 from levelfield.sandbox import Sandbox
 from levelfield.tasks import Task
 
@@ -109,6 +110,18 @@ class PopulationAgent:
 
     def population_path(self, task: Task) -> Path:
         return task.path / "trajectories" / f"{self.source}.toml"
+
+    def check(self, tasks: Sequence[Task]) -> None:
+        """Every task's population loads, or the run is refused before its first trial: a
+        missing file is bad input, not a failure to book against the agent."""
+        problems = []
+        for task in tasks:
+            try:
+                load_population(self.population_path(task))
+            except AgentError as exc:
+                problems.append(f"{task.name}: {exc}")
+        if problems:
+            raise RunConfigError(f"agent {self.name}: " + "; ".join(problems))
 
     def draw(self, task: Task) -> str:
         population = load_population(self.population_path(task))

@@ -29,7 +29,6 @@ import pandas as pd
 from levelfield.analysis import _tidy
 
 PATH = "trajectory"  # the tidy table's column naming what a population agent drew
-STRATEGY_COLUMNS = ("before", "after", "task", "n_strategy")
 
 
 def strategy_kills(trials: pd.DataFrame, order: list[str]) -> pd.DataFrame:

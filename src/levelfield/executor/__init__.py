@@ -19,6 +19,7 @@ from typing import Any
 
 from levelfield._room import check_room
 from levelfield.agents import make_agent
+from levelfield.agents.population import PopulationAgent
 from levelfield.config import RunConfig
 from levelfield.cost import PricingStore, load_prices
 from levelfield.errors import (
@@ -155,7 +156,9 @@ def _refuse_unrunnable(config: RunConfig, dataset: Dataset, on_this_host: bool) 
 def _plan(config: RunConfig, dataset: Dataset, policies: list[Policy]) -> list[Trial]:
     agents = config.resolved_agents()
     for spec in agents:
-        make_agent(spec, config.agent_options)  # a misconfigured agent fails before any trial
+        agent = make_agent(spec, config.agent_options)  # a misconfigured agent fails here
+        if isinstance(agent, PopulationAgent):
+            agent.check(dataset.tasks)
     return plan_trials(
         dataset.tasks,
         agents,
