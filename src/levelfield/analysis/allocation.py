@@ -10,14 +10,14 @@ estimate is the mean of the d_i over the n tasks, and its variance with K_ci rep
 (estimators.py: the between-task part plus each task's repeat noise with its own K). Only the
 second part falls with repeats, and it falls fastest, for a given number of trials, when
 K_ci ∝ |coef_c| σ_ci (Neyman allocation: minimise Σ a_ci²/K_ci subject to Σ K_ci = T with
-a_ci = |coef_c| σ_ci / n). Tasks solved on every attempt or on none have σ ≈ 0 and get nothing
-more; the uncertain ones get the trials.
+a_ci = |coef_c| σ_ci / n). Tasks solved on every attempt or on none have σ ≈ 0; the uncertain
+ones carry the variance and get the trials.
 
 The σ come from few trials: a task seen 0/2 has a measured σ of 0 but may well be a 0.3 task.
-Each task's variance is therefore shrunk toward the pooled value with the weight
-of PRIOR_TRIALS pseudo-trials, so that no cell is ignored forever; and repeats already spent are
-never taken back (K_ci only grows), so the allocation is the constrained Neyman one:
-K_ci = max(K_ci now, λ·a_ci), λ found by bisection.
+Each task's variance (over its trials under the target's configurations) is therefore shrunk
+toward the pooled value with the weight of PRIOR_TRIALS pseudo-trials, so that no task is ignored
+forever; and repeats already spent are never taken back (K_ci only grows), so the allocation is
+the constrained Neyman one: K_ci = max(K_ci now, λ·a_ci), λ found by bisection.
 
 Every function takes arrays whose last two axes are (configuration, task) and any leading axes
 (the simulation study runs 2,000 sweeps at once), and returns arrays of the leading shape.

@@ -78,7 +78,7 @@ def _show_assessment(a: Assessment, console: Console) -> None:
 
 def cost_table(cost: SweepCost, assessment: Assessment | None = None) -> Table:
     table = Table(title="cost (tokens × --prices)")
-    for name in ("configuration", "trials", "tokens in", "tokens out", "cost $", "$ per trial"):
+    for name in ("configuration", "trials", "tokens in", "tokens out", "cost", "per trial"):
         table.add_column(name, justify="left" if name == "configuration" else "right")
     for c in cost.configs:
         table.add_row(
@@ -101,16 +101,18 @@ def cost_table(cost: SweepCost, assessment: Assessment | None = None) -> Table:
         per_trial = cost.total_usd / cost.n_trials if cost.n_trials else math.nan
         for r in assessment.readings:
             table.caption = (table.caption or "") + (
-                f"{r.name}: ±{_pp(r.half_width)} points cost {_usd(cost.total_usd)} "
-                f"({_usd(cost.total_usd / (100 * r.half_width))} per point of half-width); one "
-                f"point narrower: ~{_trials(r.next_point_trials)} more trials, "
-                f"{_usd(r.next_point_trials * per_trial)}. "
+                f"{r.name}: ±{_pp(r.half_width)} points for {_usd(cost.total_usd)} in all, "
+                f"{_usd(cost.total_usd / (100 * r.half_width))} per point of half-width; "
+                + _next_point(r.next_point_trials, per_trial)
             )
     return table
 
 
-def _trials(n: float) -> str:
-    return "unreachable by repeats" if math.isinf(n) else f"{math.ceil(n)}"
+def _next_point(trials: float, per_trial: float) -> str:
+    """What narrowing the CI by one more point would cost at the sweep's cost per trial."""
+    if math.isinf(trials):
+        return "one point narrower is beyond repeats (the between-task part). "
+    return f"one point narrower: ~{math.ceil(trials)} more trials, {_usd(trials * per_trial)}. "
 
 
 def _usd(x: float) -> str:
@@ -118,4 +120,4 @@ def _usd(x: float) -> str:
         return "unpriced"
     if math.isinf(x):
         return "∞"
-    return f"{x:.4f}" if x < 1 else f"{x:,.2f}"
+    return f"${x:.4f}" if x < 1 else f"${x:,.2f}"
