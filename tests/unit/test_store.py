@@ -33,8 +33,8 @@ def record(key: str, attempt: int = 1) -> TrialRecord:
         limits={},
         evidence=Evidence(),
         telemetry=Telemetry(host=host),
-        started_at="a",
-        finished_at="b",
+        started_at="2026-01-01T00:00:00+00:00",
+        finished_at="2026-01-01T00:00:01+00:00",
         duration_s=0.1,
     )
 
