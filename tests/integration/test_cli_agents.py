@@ -40,7 +40,8 @@ PORT_IN_CONTAINER = 8401
 # The CLI's own retry policy is not under test: Claude Code retries a 401 ten times (~2.5 min).
 FEW_RETRIES = {"CLAUDE_CODE_MAX_RETRIES": "0"}
 QUICK_TEST = "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n"
-TB2_IMAGES = {"ubuntu": "regex-log", "python": "cancel-async-tasks"}  # FROM ubuntu:24.04, python:3.13
+# Terminal-Bench 2.0 tasks FROM ubuntu:24.04 and FROM python:3.13-slim-bookworm, neither with Node.
+TB2_IMAGES = {"ubuntu": "regex-log", "python": "cancel-async-tasks"}
 
 
 def _tb2_task(tmp_path: Path, name: str) -> Path:
@@ -87,7 +88,9 @@ def _options(mode: str, base_url: str) -> AgentOptions:
     )
 
 
-def _trial(task_root: Path, kind: str, run_dir: Path, backend: Any, options: AgentOptions) -> TrialRecord:
+def _trial(
+    task_root: Path, kind: str, run_dir: Path, backend: Any, options: AgentOptions
+) -> TrialRecord:
     (trial,) = plan_trials([load_task(task_root)], [kind], [POLICIES["strict"]])
     ctx = TrialContext(backend.options.run_id, run_dir, backend.name, agent_options=options)
     record = run_trial(trial, backend, ctx)

@@ -73,7 +73,8 @@ PRESETS = {
         package="@openai/codex",
         command="codex exec --json --skip-git-repo-check "
         "--dangerously-bypass-approvals-and-sandbox "  # the trial's sandbox is the sandbox
-        + _WITH_MODEL % "-m"
+        + _WITH_MODEL
+        % "-m"
         + ' ${LEVELFIELD_BASE_URL:+-c openai_base_url="$LEVELFIELD_BASE_URL"}'
         ' "$LEVELFIELD_INSTRUCTION" </dev/null',
         version_cmd="codex --version",
@@ -86,7 +87,7 @@ PRESETS = {
         package="@google/gemini-cli",
         # Without a selected auth type, a base URL makes it pick "gateway", which it then refuses.
         command="mkdir -p ~/.gemini && { [ -e ~/.gemini/settings.json ] || echo "
-        "'{\"security\":{\"auth\":{\"selectedType\":\"gemini-api-key\"}}}' "
+        '\'{"security":{"auth":{"selectedType":"gemini-api-key"}}}\' '
         "> ~/.gemini/settings.json; } && gemini --output-format json --yolo "
         + _WITH_MODEL % "-m"
         + ' -p "$LEVELFIELD_INSTRUCTION" </dev/null',
@@ -248,7 +249,7 @@ class CommandAgent:
         assert self.preset is not None
         probe = box.exec(
             f"command -v npm >/dev/null && node -e 'process.exit(+process.versions.node"
-            f".split(\".\")[0] >= {self.preset.min_node} ? 0 : 1)' && node --version",
+            f'.split(".")[0] >= {self.preset.min_node} ? 0 : 1)\' && node --version',
             timeout_s=_left(deadline),
             env=env,
             log_path=log,
