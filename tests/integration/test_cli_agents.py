@@ -160,6 +160,12 @@ def test_cli_agent_starts_in_a_tb2_image_without_node_in_both_modes_on_oci(
     assert any(PLANTED_KEY in c for s in seen for c in s.credentials)  # the key reached the CLI
     assert PLANTED_KEY.encode() not in _everything_written(tmp_path / "run")
     sandbox, mounted = records["sandbox"], records["mounted"]
+    # Under the 1x ceiling (strict): the install is in the sandbox-mode trial's peak; a mounted
+    # trial's peak is the agent's run alone, below what the install alone took.
+    assert sandbox.agent_setup and sandbox.agent_setup.memory_peak_bytes
+    assert mounted.agent_setup and mounted.agent_setup.memory_peak_bytes is None
+    assert mounted.evidence.memory_peak_bytes is not None
+    assert mounted.evidence.memory_peak_bytes < sandbox.agent_setup.memory_peak_bytes
     print(
         f"{kind} on oci: setup {sandbox.telemetry.phase_s.get('agent_setup', 0):.1f} s in the "
         f"sandbox vs {mounted.telemetry.phase_s.get('agent_setup', 0):.2f} s mounted; peak "
