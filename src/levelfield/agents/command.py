@@ -192,7 +192,12 @@ class CommandAgent:
 
     # -- agent_setup -------------------------------------------------------------------------
 
-    def setup(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentSetup:
+    def setup(
+        self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path
+    ) -> AgentSetup | None:
+        """None for a `command` agent with nothing to install."""
+        if self.preset is None and not self.install:
+            return None
         if self.is_mounted:
             assert self.preset is not None
             tree = prepared_tree(self.preset, self.options.agent_version)
