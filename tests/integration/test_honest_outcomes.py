@@ -4,7 +4,10 @@ an agent that prints its key, and an agent told its limits (a factor of the tria
 
 from __future__ import annotations
 
+import os
+import shutil
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,12 +17,15 @@ from levelfield.analysis.summary import summarize
 from levelfield.analysis.table import load_run
 from levelfield.records import Outcome, Reason
 from levelfield.report.results import results_json
+from levelfield.sandbox import BackendOptions
 from levelfield.store import reading
+from levelfield.tasks import load_task
 
-from ..conftest import MakeTask
+from ..conftest import TB2_SAMPLE, MakeTask, require
 from ._helpers import run_records
+from .test_oci import _engine_problems, _run
 
-pytestmark = pytest.mark.sandbox
+pytestmark = pytest.mark.sandbox  # and oci for the Terminal-Bench 2.0 verifier below
 PLANTED_KEY = "sk-ant-levelfield-planted-7c41d2e9"
 
 
@@ -130,3 +136,34 @@ def test_disclosed_limits_reach_the_agent_and_are_a_paired_factor(
     summary = summarize(data.trials, info=data.info)
     (comparison,) = [c for c in summary.comparisons if c.by == "limits_disclosed"]
     assert len(comparison.pairs) == 1
+
+
+@pytest.fixture
+def uv_shim_backend(tmp_path: Path) -> Iterator[object]:
+    require(_engine_problems(), "an OCI engine")
+    from levelfield.sandbox import oci
+
+    oci.build_offline_bases(log=lambda line: print(f"offline-bases: {line}"))
+    run_id = f"t{os.getpid()}-{tmp_path.name[-12:]}"
+    backend = oci.OciBackend(BackendOptions(run_id, tmp_path), oci.OciSettings(uv_shim=True))
+    yield backend
+    backend.reap(run_id)
+
+
+@pytest.mark.oci
+def test_a_tb2_verifier_that_cannot_reach_its_index_is_verifier_error_not_failed(
+    tmp_path: Path, uv_shim_backend: object
+) -> None:
+    """The case seen on Terminal-Bench 2.0: the oracle solved the task, but the verifier's `uvx`
+    could not resolve its package index, so test.sh wrote 0 and no ctrf.json. Here the network
+    is off for the whole trial; before, this was stored as failed/tests_failed."""
+    root = tmp_path / "dataset" / "regex-log"
+    shutil.copytree(TB2_SAMPLE / "regex-log", root)
+    toml = (root / "task.toml").read_text()
+    offline = toml.replace("[environment]\n", "[environment]\nallow_internet = false\n")
+    (root / "task.toml").write_text(offline)
+    record = _run(uv_shim_backend, load_task(root), "headroom", tmp_path / "run")
+    assert record.reward == 0.0
+    assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.VERIFIER_ERROR)
+    (note,) = [n for n in record.evidence.notes if n.startswith("verifier graded nothing")]
+    assert "/logs/verifier/ctrf.json" in note and "missing" in note
