@@ -25,7 +25,12 @@ def test_a_key_containing_another_is_masked_whole() -> None:
     assert masker.text("x abcdefgh-longer y abcdefgh") == f"x {MASK} y {MASK}"
 
 
-def test_records_are_masked_through_their_json_form_even_with_escapes() -> None:
+def test_a_secret_equal_to_a_field_name_masks_values_only() -> None:
+    phase = PhaseResult(exit_code=0, output_tail="output_tail")
+    assert Masker().add("output_tail").record(phase).output_tail == MASK
+
+
+def test_records_are_masked_in_every_string_even_with_quotes() -> None:
     tricky = 'sk-"quoted"\\key-99'
     phase = PhaseResult(exit_code=0, output_tail=f"using key {KEY} and {tricky}")
     masked = Masker().add(KEY, tricky).record(phase)
