@@ -53,6 +53,14 @@ EXECUTOR_HELP = (
     "needs the ray extra). On ray, --concurrency above 1 caps trials in flight cluster-wide."
 )
 RAY_ADDRESS_HELP = "Ray cluster: auto, HOST:6379 or ray://HOST:10001 (default $RAY_ADDRESS)."
+INSTALL_MODE_HELP = (
+    "CLI agent: sandbox (install in each trial under its limits, in its own agent_setup phase) "
+    "or mounted (prepare once on the host, mount read-only into every sandbox)."
+)
+DISCLOSE_HELP = (
+    "Tell the agent its floor and ceiling (LEVELFIELD_MEMORY_CEILING_BYTES... and a sentence in "
+    "the instruction): off, on, or both (a factor of the design, compared paired by task)."
+)
 
 
 @app.command()
@@ -62,8 +70,9 @@ def run(
     agent: Annotated[
         list[str] | None,
         typer.Option(
-            help="oracle, nop, replay:NAME (the task's trajectories/NAME.json), replay:FILE, or "
-            "population (a trajectory drawn per trial from trajectories/population.toml)."
+            help="oracle, nop, replay:NAME (the task's trajectories/NAME.json), replay:FILE, "
+            "population (a trajectory drawn per trial from trajectories/population.toml), "
+            "terminal, command, claude-code, codex or gemini-cli."
         ),
     ] = None,
     policy: Annotated[
@@ -90,12 +99,13 @@ def run(
     ] = "default",
     task: Annotated[list[str] | None, typer.Option(help="Only this task (repeatable).")] = None,
     model: Annotated[
-        str | None, typer.Option(help="Model for terminal, claude-code, codex.")
+        str | None, typer.Option(help="Model for terminal, claude-code, codex, gemini-cli.")
     ] = None,
     base_url: Annotated[
         str | None,
         typer.Option(
-            help="OpenAI-compatible endpoint for the terminal agent (vLLM, llama.cpp, Ollama)."
+            help="Model endpoint: OpenAI-compatible for the terminal agent (vLLM, llama.cpp, "
+            "Ollama); a CLI agent gets it in its own base-URL variable."
         ),
     ] = None,
     agent_install: Annotated[
@@ -113,17 +123,30 @@ def run(
         str | None,
         typer.Option(
             help="Environment variable with the API key (default per agent: ANTHROPIC_API_KEY or "
-            "OPENAI_API_KEY). Keys reach only the agent; never stored."
+            "OPENAI_API_KEY). Keys reach only the agent; masked in everything the run writes."
         ),
     ] = None,
     api_key_file: Annotated[Path | None, typer.Option(help="File with the API key.")] = None,
     max_turns: Annotated[int, typer.Option(min=1, help="terminal agent: model calls.")] = 30,
+    agent_install_mode: Annotated[str, typer.Option(help=INSTALL_MODE_HELP)] = "sandbox",
+    agent_version: Annotated[
+        str | None, typer.Option(help="CLI agent: npm version to install (default latest).")
+    ] = None,
+    agent_setup_timeout: Annotated[
+        float, typer.Option(min=1, help="CLI agent: seconds for its agent_setup phase.")
+    ] = 600.0,
+    agent_env: Annotated[
+        list[str] | None, typer.Option(help="CLI agent: extra KEY=VALUE in its environment.")
+    ] = None,
+    disclose_limits: Annotated[str, typer.Option(help=DISCLOSE_HELP)] = "off",
     config: Annotated[Path | None, typer.Option(help="run.toml with the same keys.")] = None,
     executor: Annotated[str | None, typer.Option(help=EXECUTOR_HELP)] = None,
     ray_address: Annotated[str | None, typer.Option(help=RAY_ADDRESS_HELP)] = None,
     prices: Prices = None,
 ) -> None:
     """Run every task under each policy. Safe to interrupt: run the same command to resume."""
+    _choice(agent_install_mode, ("sandbox", "mounted"), "--agent-install-mode")
+    _choice(disclose_limits, ("off", "on", "both"), "--disclose-limits")
     agent_options = AgentOptions(
         model=model,
         base_url=base_url,
@@ -133,6 +156,10 @@ def run(
         api_key_env=api_key_env,
         api_key_file=api_key_file,
         max_turns=max_turns,
+        install_mode=agent_install_mode,  # type: ignore[arg-type]
+        agent_version=agent_version,
+        setup_timeout_s=agent_setup_timeout,
+        agent_env=_key_values(agent_env or []),
     )
     options = dict(
         dataset=dataset,
@@ -153,6 +180,7 @@ def run(
         executor=executor,
         ray_address=ray_address,
         prices=prices,
+        disclose_limits=disclose_limits,
     )
     cfg = (
         load_run_config(config, **options)
@@ -160,6 +188,18 @@ def run(
         else RunConfig.model_validate({k: v for k, v in options.items() if v is not None})
     )
     _execute(cfg)
+
+
+def _choice(value: str, allowed: tuple[str, ...], hint: str) -> None:
+    if value not in allowed:
+        raise typer.BadParameter(f"{value!r}: choose {', '.join(allowed)}", param_hint=hint)
+
+
+def _key_values(pairs: list[str]) -> dict[str, str]:
+    bad = [p for p in pairs if "=" not in p]
+    if bad:
+        raise typer.BadParameter(f"expected KEY=VALUE, got {bad[0]!r}", param_hint="--agent-env")
+    return dict(p.split("=", 1) for p in pairs)
 
 
 @app.command()
@@ -207,9 +247,11 @@ def sweep(
     base_url: Annotated[
         str | None, typer.Option(help="terminal: OpenAI-compatible endpoint.")
     ] = None,
+    disclose_limits: Annotated[str, typer.Option(help=DISCLOSE_HELP)] = "off",
 ) -> None:
     """Every agent under every policy, interleaved in a seeded order; then the report. With
     --target-ci, adaptively: a pilot, then repeats where the CI needs them, until it is narrow."""
+    _choice(disclose_limits, ("off", "on", "both"), "--disclose-limits")
     levels = [int(x) for x in concurrency_levels.split(",")] if concurrency_levels else None
     cfg = RunConfig(
         dataset=dataset,
@@ -228,6 +270,7 @@ def sweep(
         ray_address=ray_address,
         prices=prices,
         agent_options=AgentOptions(model=model, base_url=base_url),
+        disclose_limits=disclose_limits,  # type: ignore[arg-type]
     )
     if target_ci:
         from levelfield._cli_adaptive import execute_adaptive

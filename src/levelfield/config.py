@@ -87,6 +87,14 @@ class RunConfig(BaseModel):
         description="Price table (model → $ per million tokens in/out) that puts a cost on each "
         "trial; default: the prices.toml shipped with levelfield.",
     )
+    disclose_limits: Literal["off", "on", "both"] = Field(
+        "off",
+        description="Tell the agent its floor and ceiling (LEVELFIELD_* variables and one "
+        "sentence in the instruction); both: a factor of the design, paired by task.",
+    )
+
+    def disclosure_levels(self) -> tuple[bool, ...]:
+        return {"off": (False,), "on": (True,), "both": (False, True)}[self.disclose_limits]
 
     @field_validator("concurrency_levels")
     @classmethod

@@ -17,7 +17,14 @@ from typing import ClassVar
 
 from levelfield.errors import HostUnsupported, RunConfigError
 from levelfield.policy import Limits
-from levelfield.sandbox import Backend, BackendOptions, Enforcement, Sandbox, get_backend
+from levelfield.sandbox import (
+    Backend,
+    BackendOptions,
+    Enforcement,
+    ReadOnlyMount,
+    Sandbox,
+    get_backend,
+)
 from levelfield.sandbox._images import from_images
 from levelfield.tasks import Task
 
@@ -138,8 +145,17 @@ class AutoBackend:
         }
         return Enforcement(**merged)
 
-    def start(self, task: Task, limits: Limits, *, trial_id: str, trial_dir: Path) -> Sandbox:
-        return self.backend_for(task).start(task, limits, trial_id=trial_id, trial_dir=trial_dir)
+    def start(
+        self,
+        task: Task,
+        limits: Limits,
+        *,
+        trial_id: str,
+        trial_dir: Path,
+        mounts: Sequence[ReadOnlyMount] = (),
+    ) -> Sandbox:
+        backend = self.backend_for(task)
+        return backend.start(task, limits, trial_id=trial_id, trial_dir=trial_dir, mounts=mounts)
 
     def reap(self, run_id: str) -> int:
         """What a killed run left on every backend it could have used."""

@@ -28,6 +28,7 @@ from levelfield.policy import Limits
 from levelfield.sandbox import (
     BackendOptions,
     Enforcement,
+    ReadOnlyMount,
     _cgroup,
     _engine,
     _images,
@@ -159,7 +160,15 @@ class OciBackend:
             isolation=f"OCI container ({where})",
         )
 
-    def start(self, task: Task, limits: Limits, *, trial_id: str, trial_dir: Path) -> OciSandbox:
+    def start(
+        self,
+        task: Task,
+        limits: Limits,
+        *,
+        trial_id: str,
+        trial_dir: Path,
+        mounts: Sequence[ReadOnlyMount] = (),
+    ) -> OciSandbox:
         client = self.client
         try:
             image = _images.ensure_image(
@@ -177,7 +186,8 @@ class OciBackend:
         trial_dir.mkdir(parents=True, exist_ok=True)
         args = host_config_args(limits, self.report().cpus)
         container_id, volume = self._create_capped(
-            task, image.tag, args, (trial_id, trial_dir), limits.storage_ceiling_bytes
+            task, image.tag, args, (trial_id, trial_dir, _bind_read_only(mounts)),
+            limits.storage_ceiling_bytes,
         )
         notes = [describe_applied(args), image.describe(), f"engine: {self.report().describe()}"]
         if "nano_cpus" in args and args["nano_cpus"] < (limits.cpu_ceiling or 0) * 1e9:
@@ -213,16 +223,16 @@ class OciBackend:
         task: Task,
         image: str,
         args: dict[str, Any],
-        trial: tuple[str, Path],
+        trial: tuple[str, Path, list[Any]],
         ceiling: int | None,
     ) -> tuple[str, _volumes.StorageVolume | None]:
         """The storage ceiling the engine's way (StorageOpt size=; refused once, never again),
         else on a loop-mounted volume of the ceiling's size."""
-        trial_id, trial_dir = trial
+        trial_id, trial_dir, bound = trial
         if ceiling is not None and self._storage_quota:
             args["storage_opt"] = {"size": str(ceiling)}
             try:
-                return self._create(task, image, args, trial_id, []), None
+                return self._create(task, image, args, trial_id, bound), None
             except _QuotaRefused as refused:
                 self._storage_quota, self._quota_refused = False, refused.reason
                 args.pop("storage_opt")
@@ -233,7 +243,7 @@ class OciBackend:
                 self.client.api, trial_dir, task.workdir, ceiling, labels
             )
         try:
-            mounts = volume.mounts() if volume is not None else []
+            mounts = bound + (volume.mounts() if volume is not None else [])
             return self._create(task, image, args, trial_id, mounts), volume
         except BaseException:
             if volume is not None:
@@ -365,3 +375,10 @@ def container_name(run_id: str, trial_id: str) -> str:
     raw = f"lf-{run_id}-{trial_id}"
     clean = re.sub(r"[^a-zA-Z0-9_.-]+", "-", raw)[:80]
     return f"{clean}-{hashlib.sha256(raw.encode()).hexdigest()[:8]}"
+
+
+def _bind_read_only(mounts: Sequence[ReadOnlyMount]) -> list[Any]:
+    """A CLI agent prepared on the host, bound into the container as it is into a process trial."""
+    from docker.types import Mount
+
+    return [Mount(str(m.target), str(m.source), type="bind", read_only=True) for m in mounts]

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
@@ -27,6 +27,7 @@ from levelfield.sandbox import (
     BackendOptions,
     Enforcement,
     Observables,
+    ReadOnlyMount,
     Usage,
     _bwrap,
     _cgroup,
@@ -93,7 +94,13 @@ class ProcessBackend:
         )
 
     def start(
-        self, task: Task, limits: Limits, *, trial_id: str, trial_dir: Path
+        self,
+        task: Task,
+        limits: Limits,
+        *,
+        trial_id: str,
+        trial_dir: Path,
+        mounts: Sequence[ReadOnlyMount] = (),
     ) -> ProcessSandbox:
         problems = self.check()
         if problems:
@@ -108,7 +115,9 @@ class ProcessBackend:
             _seed_workdir(task, workspace.binds[task.workdir])
             if task.allow_internet:  # its own namespace, so that its byte counters are its own
                 network = _netns.create(self.options.run_id, trial_id)
-            return ProcessSandbox.launch(task, limits, cgroup, workspace, trial_dir, network)
+            return ProcessSandbox.launch(
+                task, limits, cgroup, workspace, trial_dir, network=network, mounts=mounts
+            )
         except BaseException:
             cgroup.kill_all()
             cgroup.remove()
@@ -177,7 +186,9 @@ class ProcessSandbox:
         cgroup: _cgroup.TrialCgroup,
         workspace: _workspace.Workspace,
         trial_dir: Path,
+        *,
         network: _netns.TrialNetwork | None = None,
+        mounts: Sequence[ReadOnlyMount] = (),
     ) -> ProcessSandbox:
         read_fd, write_fd = os.pipe()
         argv = _bwrap.bwrap_argv(
@@ -185,6 +196,7 @@ class ProcessSandbox:
             workdir=task.workdir,
             allow_network=network is not None,  # off unless the task asks for it
             info_fd=write_fd,
+            read_only={m.target: m.source for m in mounts},
         )
         argv = [*network.enter_argv(), *argv] if network is not None else argv
         with open(trial_dir / "sandbox.log", "ab") as log:
