@@ -52,13 +52,15 @@ ENGINES = {
 }
 
 
-def _engine_problems(url: str, kind: str) -> list[str]:
+def _engine_problems(url: str | None = None, kind: str | None = None) -> list[str]:
+    """Why the engine at `url` (default: the one levelfield would find) cannot serve, if
+    `kind` is given, as that engine."""
     try:
         from levelfield.sandbox import oci
     except ImportError as exc:
         return [f"the oci extra ({exc})"]
     report = oci.engine_report(url)
-    if report.found and report.engine != kind:
+    if report.found and kind is not None and report.engine != kind:
         return [f"{url} serves {report.engine}, not {kind}"]
     return list(report.problems)
 
