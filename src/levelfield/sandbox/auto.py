@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from levelfield.errors import HostUnsupported, RunConfigError
 from levelfield.policy import Limits
-from levelfield.sandbox import Backend, BackendOptions, Enforcement, Sandbox, get_backend
+from levelfield.sandbox import Backend, BackendOptions, Enforcement, Sandbox, _engine, get_backend
 from levelfield.sandbox._images import from_images
 from levelfield.tasks import Task
 
@@ -52,10 +52,6 @@ def _image_of(task: Task) -> str:
 
 def engine_problems() -> list[str]:
     """Why no container engine answers here; empty when one does."""
-    try:
-        from levelfield.sandbox import _engine
-    except ImportError as exc:  # pragma: no cover - the module itself has no third-party import
-        return [str(exc)]
     return list(_engine.engine_report().problems)
 
 
