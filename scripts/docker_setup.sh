@@ -31,7 +31,7 @@ if ! api_ok; then
     echo "docker_setup: starting dockerd on $SOCKET"
     nohup dockerd --host "unix://$SOCKET" --data-root "$ROOT" --exec-root "$EXEC_ROOT" \
         --pidfile "$EXEC_ROOT/dockerd.pid" --iptables=false --ip-masq=false --bridge=none \
-        >>"$LOG" 2>&1 </dev/null &
+        >>"$LOG" 2>&1 </dev/null 9>&- &  # the daemon must not inherit (and hold) the lock
     for _ in $(seq 1 300); do
         api_ok && break
         sleep 0.1

@@ -271,9 +271,12 @@ def test_kill_9_of_the_harness_then_reap_leaves_no_container(
     proc.wait()
     assert len(_containers(run_id)) == 1  # the dead harness left its container running
     from levelfield.sandbox import oci
+    from levelfield.sandbox._workspace import mounts_under
 
+    assert mounts_under(tmp_path.resolve())  # and its storage volume's disk, mounted
     assert oci.OciBackend(BackendOptions(run_id, tmp_path)).reap(run_id) >= 1
     assert _containers(run_id) == []
+    assert mounts_under(tmp_path.resolve()) == []  # found through the engine's volume listing
 
 
 @pytest.mark.slow

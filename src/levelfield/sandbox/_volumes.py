@@ -87,6 +87,22 @@ def create_volume(
     return StorageVolume(root, image, tuple(volumes))
 
 
+def disk_of(volume: dict[str, Any]) -> Path | None:
+    """The loop-mounted disk a volume of ours is bound into (its device's parent), from the
+    engine's own listing: `reap` finds it whatever directory the dead trial used."""
+    device = (volume.get("Options") or {}).get("device")
+    return Path(device).parent if device else None
+
+
+def release_disk(root: Path) -> int:
+    """Unmount a trial's disk and delete its image; 1 if there was one to release."""
+    if not _workspace.is_mounted(root):
+        return 0
+    _workspace.unmount(root)
+    (root.parent / "disk.img").unlink(missing_ok=True)
+    return 1
+
+
 def remove_volume(api: Any, volume: StorageVolume) -> None:
     """After the container is gone: the engine's volumes, then the mount and the image."""
     for name, _ in volume.volumes:

@@ -23,6 +23,7 @@ from levelfield.sandbox import (
     Enforcement,
     ReadOnlyMount,
     Sandbox,
+    _engine,
     get_backend,
 )
 from levelfield.sandbox._images import from_images
@@ -59,10 +60,6 @@ def _image_of(task: Task) -> str:
 
 def engine_problems() -> list[str]:
     """Why no container engine answers here; empty when one does."""
-    try:
-        from levelfield.sandbox import _engine
-    except ImportError as exc:  # pragma: no cover - the module itself has no third-party import
-        return [str(exc)]
     return list(_engine.engine_report().problems)
 
 

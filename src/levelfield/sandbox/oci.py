@@ -316,13 +316,16 @@ class OciBackend:
             with contextlib.suppress(Exception):
                 api.remove_network(network["Id"])
                 removed += 1
+        disks = set()
         for volume in (api.volumes(filters=label) or {}).get("Volumes") or []:
+            disks.add(_volumes.disk_of(volume))
             with contextlib.suppress(Exception):
                 api.remove_volume(volume["Name"], force=True)
                 removed += 1
-        for point in _workspace.mounts_under((self.options.run_dir / "trials").resolve()):
-            _workspace.unmount(Path(point))  # the storage volumes' loop-mounted disks
-            removed += 1
+        trials = (self.options.run_dir / "trials").resolve()
+        disks.update(map(Path, _workspace.mounts_under(trials)))
+        for disk in sorted(d for d in disks if d is not None):
+            removed += _volumes.release_disk(disk)  # the storage volumes' loop-mounted disks
         return removed
 
 

@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from levelfield.errors import HostUnsupported, SandboxDied, SandboxStartError
 from levelfield.policy import Limits
-from levelfield.records import Evidence, PhaseResult
+from levelfield.records import Evidence, ImageRecord, PhaseResult
 from levelfield.sandbox import (
     BackendOptions,
     Enforcement,
@@ -159,7 +159,7 @@ def _seed_workdir(task: Task, workdir: Path) -> None:
 class ProcessSandbox:
     """A started trial: the bwrap init in the trial cgroup, entered by each phase."""
 
-    image: ClassVar[None] = None  # the host's userland, no image
+    image: ImageRecord | None = None  # always None: the host's userland, no image
 
     def __init__(
         self,
