@@ -138,3 +138,12 @@ def test_power_and_calibration_use_each_tasks_own_repeats() -> None:
     (check,) = calibration.checks
     assert check.diff == pytest.approx(d.mean())
     assert check.n_tasks == 40
+
+
+def test_a_round_after_an_all_certain_pilot_is_uniform() -> None:
+    """Every task 0/2 or 2/2: the pooled variance is 0, and the round still goes somewhere."""
+    k = np.full((1, 4), 2)
+    passes = np.array([[0, 2, 2, 0]])
+    a = allocation.weights(k, passes, np.array([1.0]))
+    assert np.allclose(a, a[0, 0]) and a[0, 0] > 0
+    assert allocation.allocate(k, a, np.array(8)).tolist() == [[2, 2, 2, 2]]
