@@ -68,7 +68,7 @@ def test_adaptive_sweep_of_the_bundled_suite_stops_on_its_target(tmp_path: Path)
         args = [
             "sweep", str(SUITE), "--agents", "terminal", "--model", "scripted-model",
             "--base-url", url, "--policies", "3x,uncapped", "--target", "diff:uncapped-3x",
-            "--target-ci", "13pp", "--max-trials", "300", "--concurrency", "2",
+            "--target-ci", "14pp", "--max-trials", "300", "--concurrency", "2",
             "--prices", str(prices),
             "--out", str(out),
         ]  # fmt: skip
