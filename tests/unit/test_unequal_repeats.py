@@ -138,3 +138,28 @@ def test_power_and_calibration_use_each_tasks_own_repeats() -> None:
     (check,) = calibration.checks
     assert check.diff == pytest.approx(d.mean())
     assert check.n_tasks == 40
+
+
+def test_a_round_after_an_all_certain_pilot_is_uniform() -> None:
+    """Every task 0/2 or 2/2: the pooled variance is 0, and the round still goes somewhere."""
+    k = np.full((1, 4), 2)
+    passes = np.array([[0, 2, 2, 0]])
+    a = allocation.weights(k, passes, np.array([1.0]))
+    assert np.allclose(a, a[0, 0]) and a[0, 0] > 0
+    assert allocation.allocate(k, a, np.array(8)).tolist() == [[2, 2, 2, 2]]
+
+
+def test_decomposition_with_unequal_repeats_adds_up_to_the_paired_change() -> None:
+    """Per-task rates with each task's own K; the split is exact and its Δscore is the mean of
+    per-task changes computed here by hand."""
+    from levelfield.analysis import _tidy
+    from levelfield.analysis.decomposition import decompose_policies
+
+    trials = _unequal_table(5)
+    trials.loc[trials.index[::7], "status"] = "infra_error"
+    (part,) = decompose_policies(_tidy.rates_of(trials), ["strict", "headroom"])
+    y = (trials["status"] == "passed").groupby([trials["policy"], trials["task"]]).mean()
+    assert part.delta_score == pytest.approx((y["headroom"] - y["strict"]).mean())
+    assert part.noise_removal + part.capability_unlock == pytest.approx(part.delta_score)
+    e = (trials["status"] == "infra_error").groupby([trials["policy"], trials["task"]]).mean()
+    assert part.infra_error_rate == pytest.approx((e["strict"].mean(), e["headroom"].mean()))

@@ -132,6 +132,9 @@ def weights(k: FloatArray, passes: FloatArray, coef: FloatArray) -> FloatArray:
     used = coef > 0
     n = np.shape(k)[-1]
     sigma = np.sqrt(shrunk_variance(k[..., used, :].sum(-2), passes[..., used, :].sum(-2)))
+    # Every task certain so far (the pooled variance is 0): nothing to tell them apart, so the
+    # next round is uniform rather than nothing.
+    sigma = np.where(sigma.sum(-1, keepdims=True) > 0, sigma, 1.0)
     return coef[:, None] * sigma[..., None, :] / n
 
 
