@@ -3,11 +3,15 @@
 A task is `task.toml`, `instruction.md`, `environment/` (Dockerfile + build context),
 `tests/test.sh` and optionally `solution/solve.sh`. Sizes become bytes here, once. A malformed
 task yields a `TaskProblem` naming the file and the field; it never stops the other tasks.
-task.toml tolerates unknown keys (Harbor adds them over time) but the loader lists them.
+task.toml tolerates unknown keys (Harbor adds them over time) but the loader lists them; known
+keys must have their TOML type (`cpus = "2"` or `cpus = true` is refused, not read as 2 or 1).
+Refused too, each with its own message: a Dockerfile without FROM, an instruction.md that is not
+UTF-8 text, and a symlink leading out of the task directory (a task must carry what it uses).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -29,7 +33,7 @@ _MIB = 1024 * 1024
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     def unknown_keys(self) -> list[str]:
         return sorted((self.model_extra or {}).keys())
@@ -66,7 +70,7 @@ class _TimeoutSection(_Section):
 
 
 class _TaskToml(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     version: str = "1.0"
     metadata: dict[str, Any] = Field(default_factory=dict)
     environment: _EnvironmentSection = Field(default_factory=_EnvironmentSection)
@@ -157,6 +161,8 @@ def load_dataset(path: Path) -> Dataset:
             tasks.append(load_task(candidate))
         except TaskError as exc:
             problems.append(TaskProblem(candidate, str(exc)))
+        except (OSError, ValueError, RuntimeError) as exc:  # unreadable, a symlink loop
+            problems.append(TaskProblem(candidate, f"{candidate}: cannot be read: {exc}"))
     return Dataset(path, tuple(tasks), tuple(problems))
 
 
@@ -172,15 +178,17 @@ def _task_dirs(path: Path) -> list[Path]:
 
 def load_task(path: Path) -> Task:
     path = Path(path).resolve()
+    _refuse_links_out(path)
     config = _read_task_toml(path / "task.toml")
-    _require_file(path / "instruction.md", "the task's instruction to the agent")
+    instruction = _read_instruction(path / "instruction.md")
     _require_file(path / "tests" / "test.sh", "the verifier script")
+    _require_from(path / "environment" / "Dockerfile")
     env = config.environment
     return Task(
         name=path.name,
         path=path,
         spec=_spec_of(env),
-        instruction=(path / "instruction.md").read_text(errors="replace"),
+        instruction=instruction,
         agent_timeout_s=config.agent.timeout_sec,
         verifier_timeout_s=config.verifier.timeout_sec,
         build_timeout_s=env.build_timeout_sec,
@@ -210,6 +218,45 @@ def _read_task_toml(toml_path: Path) -> _TaskToml:
 def _require_file(path: Path, what: str) -> None:
     if not path.is_file():
         raise TaskError(path, f"missing ({what})")
+
+
+def _read_instruction(path: Path) -> str:
+    """The agent's prompt: text, or the agent would be handed replacement characters."""
+    _require_file(path, "the task's instruction to the agent")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TaskError(
+            path, f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    if "\0" in text:
+        raise TaskError(path, f"binary, not text (a NUL byte at offset {text.index(chr(0))})")
+    return text
+
+
+_FROM_LINE = re.compile(r"^\s*FROM\s+\S", re.IGNORECASE | re.MULTILINE)
+
+
+def _require_from(dockerfile: Path) -> None:
+    """No FROM, no image: the oci backend could not build it, and the process backend would
+    run a task whose environment nobody can reproduce. A task without a Dockerfile is allowed
+    (task.toml's docker_image, or the host's userland on the process backend)."""
+    if dockerfile.is_file() and not _FROM_LINE.search(dockerfile.read_text(errors="replace")):
+        raise TaskError(dockerfile, "no FROM instruction: there is no base image to build on")
+
+
+def _refuse_links_out(root: Path) -> None:
+    """A symlink whose target lies outside the task: the sandbox would read or run whatever
+    the host has there (or nothing, on another machine)."""
+    for directory, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            link = Path(directory) / name
+            if not link.is_symlink():
+                continue
+            target = (link.parent / os.readlink(link)).resolve()
+            if target != root and root not in target.parents:
+                raise TaskError(link, f"a symlink to {target}, outside the task")
 
 
 def _spec_of(env: _EnvironmentSection) -> Spec:

@@ -106,6 +106,7 @@ def run(
         store.set_meta(_meta(config, run_id, backend, policies, store.meta()))
         if on_this_host:
             store.set_meta({"agents_prepared": _prepare_agents(config, store.meta())})
+        store.set_meta({"skipped_tasks": _skipped(dataset)})
         stored = _settled_keys(store, RetryPolicy(config.node_lost_retries).max_attempts)
         todo = [t for t in trials if t.key not in stored]
         if todo:
@@ -259,6 +260,13 @@ def _settled_keys(store: Store, max_attempts: int) -> set[str]:
         for key, record in last.items()
         if record.reason is not Reason.NODE_LOST or record.attempt >= max_attempts
     }
+
+
+def _skipped(dataset: Dataset) -> list[dict[str, str]]:
+    """Tasks this invocation did not run, each with its problem: the run's record of them."""
+    return [
+        {"task": p.path.name, "path": str(p.path), "problem": p.message} for p in dataset.problems
+    ]
 
 
 def _measured_durations(store: Store) -> dict[str, float]:
