@@ -44,6 +44,14 @@ EXECUTOR_HELP = (
     "needs the ray extra). On ray, --concurrency above 1 caps trials in flight cluster-wide."
 )
 RAY_ADDRESS_HELP = "Ray cluster: auto, HOST:6379 or ray://HOST:10001 (default $RAY_ADDRESS)."
+INSTALL_MODE_HELP = (
+    "CLI agent: sandbox (install in each trial under its limits, in its own agent_setup phase) "
+    "or mounted (prepare once on the host, mount read-only into every sandbox)."
+)
+DISCLOSE_HELP = (
+    "Tell the agent its floor and ceiling (LEVELFIELD_MEMORY_CEILING_BYTES... and a sentence in "
+    "the instruction): off, on, or both (a factor of the design, compared paired by task)."
+)
 
 
 @app.command()
@@ -53,7 +61,8 @@ def run(
     agent: Annotated[
         list[str] | None,
         typer.Option(
-            help="oracle, nop, replay:NAME (the task's trajectories/NAME.json) or replay:FILE."
+            help="oracle, nop, replay:NAME (the task's trajectories/NAME.json), replay:FILE, "
+            "terminal, command, claude-code, codex or gemini-cli."
         ),
     ] = None,
     policy: Annotated[
@@ -81,12 +90,13 @@ def run(
     ] = "default",
     task: Annotated[list[str] | None, typer.Option(help="Only this task (repeatable).")] = None,
     model: Annotated[
-        str | None, typer.Option(help="Model for terminal, claude-code, codex.")
+        str | None, typer.Option(help="Model for terminal, claude-code, codex, gemini-cli.")
     ] = None,
     base_url: Annotated[
         str | None,
         typer.Option(
-            help="OpenAI-compatible endpoint for the terminal agent (vLLM, llama.cpp, Ollama)."
+            help="Model endpoint: OpenAI-compatible for the terminal agent (vLLM, llama.cpp, "
+            "Ollama); a CLI agent gets it in its own base-URL variable."
         ),
     ] = None,
     agent_install: Annotated[
@@ -109,6 +119,17 @@ def run(
     ] = None,
     api_key_file: Annotated[Path | None, typer.Option(help="File with the API key.")] = None,
     max_turns: Annotated[int, typer.Option(min=1, help="terminal agent: model calls.")] = 30,
+    agent_install_mode: Annotated[str, typer.Option(help=INSTALL_MODE_HELP)] = "sandbox",
+    agent_version: Annotated[
+        str | None, typer.Option(help="CLI agent: npm version to install (default latest).")
+    ] = None,
+    agent_setup_timeout: Annotated[
+        float, typer.Option(min=1, help="CLI agent: seconds for its agent_setup phase.")
+    ] = 600.0,
+    agent_env: Annotated[
+        list[str] | None, typer.Option(help="CLI agent: extra KEY=VALUE in its environment.")
+    ] = None,
+    disclose_limits: Annotated[str, typer.Option(help=DISCLOSE_HELP)] = "off",
     config: Annotated[Path | None, typer.Option(help="run.toml with the same keys.")] = None,
     executor: Annotated[str | None, typer.Option(help=EXECUTOR_HELP)] = None,
     ray_address: Annotated[str | None, typer.Option(help=RAY_ADDRESS_HELP)] = None,
@@ -123,6 +144,10 @@ def run(
         api_key_env=api_key_env,
         api_key_file=api_key_file,
         max_turns=max_turns,
+        install_mode=agent_install_mode,  # type: ignore[arg-type]
+        agent_version=agent_version,
+        setup_timeout_s=agent_setup_timeout,
+        agent_env=_key_values(agent_env or []),
     )
     options = dict(
         dataset=dataset,
@@ -141,6 +166,7 @@ def run(
         agent_options=agent_options,
         executor=executor,
         ray_address=ray_address,
+        disclose_limits=disclose_limits,
     )
     cfg = (
         load_run_config(config, **options)
@@ -148,6 +174,13 @@ def run(
         else RunConfig.model_validate({k: v for k, v in options.items() if v is not None})
     )
     _execute(cfg)
+
+
+def _key_values(pairs: list[str]) -> dict[str, str]:
+    bad = [p for p in pairs if "=" not in p]
+    if bad:
+        raise typer.BadParameter(f"expected KEY=VALUE, got {bad[0]!r}", param_hint="--agent-env")
+    return dict(p.split("=", 1) for p in pairs)
 
 
 @app.command()
@@ -183,6 +216,7 @@ def sweep(
     report: Annotated[bool, typer.Option(help="Print the report when done.")] = True,
     executor: Annotated[str, typer.Option(help=EXECUTOR_HELP)] = "local",
     ray_address: Annotated[str | None, typer.Option(help=RAY_ADDRESS_HELP)] = None,
+    disclose_limits: Annotated[str, typer.Option(help=DISCLOSE_HELP)] = "off",
 ) -> None:
     """Every agent under every policy, interleaved in a seeded order; then the report."""
     levels = [int(x) for x in concurrency_levels.split(",")] if concurrency_levels else None
@@ -200,6 +234,7 @@ def sweep(
         uv_shim=uv_shim,
         executor=executor,
         ray_address=ray_address,
+        disclose_limits=disclose_limits,  # type: ignore[arg-type]
     )
     _execute(cfg)
     if report or html:

@@ -63,6 +63,14 @@ class RunConfig(BaseModel):
     agent_options: AgentOptions = Field(
         default_factory=AgentOptions, description="Model, endpoint and commands of the agents."
     )
+    disclose_limits: Literal["off", "on", "both"] = Field(
+        "off",
+        description="Tell the agent its floor and ceiling (LEVELFIELD_* variables and one "
+        "sentence in the instruction); both: a factor of the design, paired by task.",
+    )
+
+    def disclosure_levels(self) -> tuple[bool, ...]:
+        return {"off": (False,), "on": (True,), "both": (False, True)}[self.disclose_limits]
 
     @field_validator("concurrency_levels")
     @classmethod

@@ -13,6 +13,7 @@
     │   ├── NodeLost               the machine running the trial died mid-trial (Ray)
     │   └── HostPressure           the host ran short of memory outside the trial's own limits
     ├── AgentError                 the agent itself failed to run (bad trajectory, missing solution)
+    ├── AgentSetupError            a CLI agent could not be prepared (npm, Node.js): infra
     ├── ApiError                   a model API kept failing after the retry policy: infra, not agent
     └── StoreError                 the run's database is unusable or locked by a live run
 
@@ -80,6 +81,10 @@ class HostPressure(SandboxError):
 
 class AgentError(LevelfieldError):
     """The agent could not be run as configured (a missing solution, a bad trajectory)."""
+
+
+class AgentSetupError(LevelfieldError):
+    """A CLI agent could not be installed or prepared: nothing of the agent ran."""
 
 
 class ApiError(LevelfieldError):

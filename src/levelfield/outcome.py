@@ -13,7 +13,15 @@ from types import MappingProxyType
 from typing import Final
 
 from levelfield import errors
-from levelfield.records import ApiCall, Evidence, Outcome, PhaseResult, Reason
+from levelfield.records import (
+    AgentReport,
+    AgentSetup,
+    ApiCall,
+    Evidence,
+    Outcome,
+    PhaseResult,
+    Reason,
+)
 
 OUTCOME_OF: Final = MappingProxyType(
     {
@@ -25,7 +33,8 @@ OUTCOME_OF: Final = MappingProxyType(
         Reason.PIDS_EXHAUSTED: Outcome.INFRA_ERROR,
         Reason.STORAGE_EXHAUSTED: Outcome.INFRA_ERROR,
         Reason.VERIFIER_TIMEOUT: Outcome.INFRA_ERROR,  # the grader failed to grade
-        Reason.VERIFIER_ERROR: Outcome.INFRA_ERROR,  # test.sh wrote no reward
+        Reason.VERIFIER_ERROR: Outcome.INFRA_ERROR,  # test.sh wrote no reward, or graded nothing
+        Reason.AGENT_SETUP_FAILED: Outcome.INFRA_ERROR,  # the agent never ran
         Reason.SANDBOX_ERROR: Outcome.INFRA_ERROR,
         Reason.HOST_PRESSURE: Outcome.INFRA_ERROR,
         Reason.NODE_LOST: Outcome.INFRA_ERROR,
@@ -37,11 +46,12 @@ OUTCOME_OF: Final = MappingProxyType(
 REASON_OF_ERROR: Final = MappingProxyType(
     {
         errors.AdmissionError: Reason.SANDBOX_ERROR,
-    errors.NodeLost: Reason.NODE_LOST,
-    errors.HostPressure: Reason.HOST_PRESSURE,
+        errors.NodeLost: Reason.NODE_LOST,
+        errors.HostPressure: Reason.HOST_PRESSURE,
         errors.SandboxError: Reason.SANDBOX_ERROR,
         errors.AgentError: Reason.AGENT_ERROR,
         errors.ApiError: Reason.API_ERROR,
+        errors.AgentSetupError: Reason.AGENT_SETUP_FAILED,
         errors.InputError: Reason.HARNESS_ERROR,  # should have been refused before the run
         errors.StoreError: Reason.HARNESS_ERROR,
         errors.LevelfieldError: Reason.HARNESS_ERROR,
@@ -59,6 +69,9 @@ class PhaseLog:
     evidence: Evidence | None = None
     error: BaseException | None = None
     api_calls: tuple[ApiCall, ...] = ()
+    setup: AgentSetup | None = None
+    report: AgentReport | None = None
+    graded_nothing: str | None = None  # why the verifier's reward stands on no test (verifier.py)
 
 
 def reason_for_error(exc: BaseException) -> Reason:
@@ -88,7 +101,8 @@ def reason_from_evidence(evidence: Evidence | None) -> Reason | None:
 
 
 def classify(log: PhaseLog) -> Reason:
-    """Kernel evidence, then the harness's own errors, then timeouts, then the reward.
+    """Kernel evidence, then the harness's own errors, then a setup that failed, then timeouts,
+    then a grader that graded nothing or an API the agent reported failing, then the reward.
 
     A ceiling hit only decides when the trial did not pass: an agent that ran into its pids
     ceiling once, recovered and passed the tests has passed.
@@ -99,10 +113,16 @@ def classify(log: PhaseLog) -> Reason:
         return kernel
     if log.error is not None:
         return reason_for_error(log.error)
+    if log.setup is not None and log.setup.failed:
+        return Reason.AGENT_SETUP_FAILED
     if log.agent is not None and log.agent.timed_out and not passed:
         return Reason.AGENT_TIMEOUT
     if log.verifier is not None and log.verifier.timed_out:
         return Reason.VERIFIER_TIMEOUT
+    if log.graded_nothing is not None and not passed:
+        return Reason.VERIFIER_ERROR
+    if log.report is not None and log.report.api_failure and not passed:
+        return Reason.API_ERROR
     return reason_for_reward(log.reward)
 
 

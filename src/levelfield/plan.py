@@ -25,6 +25,7 @@ class Trial:
     repeat: int
     window: str = "default"
     concurrency: int | None = None  # set when trials in flight are a factor of the design
+    limits_disclosed: bool = False  # the agent is told its floor and ceiling (disclosure.py)
 
     @property
     def limits(self) -> Limits:
@@ -32,11 +33,19 @@ class Trial:
 
 
 def trial_key(
-    task: str, agent: str, policy: str, repeat: int, window: str, concurrency: int | None = None
+    task: str,
+    agent: str,
+    policy: str,
+    repeat: int,
+    window: str,
+    concurrency: int | None = None,
+    limits_disclosed: bool = False,
 ) -> str:
     parts = [task, agent, policy, str(repeat), window]
     if concurrency is not None:
         parts.append(f"c{concurrency}")
+    if limits_disclosed:  # appended only when on: keys of runs before the factor stay the same
+        parts.append("limits-disclosed")
     identity = "\x1f".join(parts)
     return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
@@ -50,19 +59,22 @@ def plan_trials(
     window: str = "default",
     seed: int = 0,
     concurrency_levels: Sequence[int] | None = None,
+    disclosure_levels: Sequence[bool] = (False,),
 ) -> list[Trial]:
-    """Every policy is applied to every task first, so a bad policy fails before any trial."""
+    """Every policy is applied to every task first, so a bad policy fails before any trial.
+    `disclosure_levels` (False, True) makes telling the agent its limits a paired factor."""
     for policy in policies:
         for task in tasks:
             apply_policy(policy, task.spec)
     levels: Sequence[int | None] = concurrency_levels or [None]
     trials = [
-        Trial(trial_key(t.name, a, p.name, r, window, c), t, a, p, r, window, c)
+        Trial(trial_key(t.name, a, p.name, r, window, c, d), t, a, p, r, window, c, d)
         for t in tasks
         for a in agents
         for p in policies
         for r in range(1, repeats + 1)
         for c in levels
+        for d in dict.fromkeys(disclosure_levels)
     ]
     trials.sort(key=lambda tr: tr.key)  # independent of the order options were given in
     random.Random(seed).shuffle(trials)

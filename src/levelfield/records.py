@@ -28,6 +28,7 @@ class Reason(StrEnum):
     STORAGE_EXHAUSTED = "storage_exhausted"
     VERIFIER_TIMEOUT = "verifier_timeout"
     VERIFIER_ERROR = "verifier_error"
+    AGENT_SETUP_FAILED = "agent_setup_failed"
     SANDBOX_ERROR = "sandbox_error"
     HOST_PRESSURE = "host_pressure"
     NODE_LOST = "node_lost"
@@ -119,6 +120,41 @@ class ApiCall(_Frozen):
     retry_after_s: float | None = Field(None, description="What a 429 or 529 asked to wait.")
 
 
+class AgentSetup(_Frozen):
+    """How a CLI agent came to be in the sandbox, apart from its run: an install that the memory
+    ceiling kills is a different event from an agent that runs out of memory."""
+
+    mode: Literal["sandbox", "mounted"] = Field(
+        description="sandbox: installed inside the trial under its limits; mounted: prepared "
+        "once on the host and bound read-only into the sandbox."
+    )
+    package: str | None = Field(None, description="npm package and version asked for.")
+    agent_version: str | None = Field(None, description="What the agent's version command said.")
+    runtime: str | None = Field(None, description="The Node.js that runs it, and where from.")
+    phase: PhaseResult | None = Field(None, description="The in-sandbox install; None if mounted.")
+    memory_peak_bytes: int | None = Field(
+        None, description="The trial's peak memory when the setup ended: the install's cost."
+    )
+    tree_path: str | None = Field(None, description="mounted: the prepared tree on the host.")
+    tree_sha256: str | None = Field(None, description="mounted: content hash of that tree.")
+
+    @property
+    def failed(self) -> bool:
+        return self.phase is not None and (self.phase.timed_out or self.phase.exit_code != 0)
+
+
+class AgentReport(_Frozen):
+    """What a CLI agent said about its own run (Claude Code's stream-json result, Codex's JSON
+    events, Gemini CLI's JSON output); None fields are what it did not report."""
+
+    exit_code: int | None = None
+    status: str | None = Field(None, description="The CLI's own final status word.")
+    turns: int | None = None
+    cost_usd: float | None = None
+    api_failure: bool = Field(False, description="It reported that its model API failed.")
+    message: str | None = Field(None, description="Its final or error message, shortened.")
+
+
 class TrialRecord(_Frozen):
     schema_version: Literal[1] = 1
     trial_key: str = Field(description="Deterministic: resume skips stored keys.")
@@ -143,6 +179,11 @@ class TrialRecord(_Frozen):
     evidence: Evidence
     telemetry: Telemetry
     api_calls: tuple[ApiCall, ...] = ()
+    agent_setup: AgentSetup | None = None
+    agent_report: AgentReport | None = None
+    limits_disclosed: bool = Field(
+        False, description="The agent was told its floor and ceiling (a factor of the trial)."
+    )
     started_at: str
     finished_at: str
     duration_s: float

@@ -18,10 +18,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from levelfield.agents import Agent, AgentOptions, make_agent
+from levelfield.disclosure import DisclosedSandbox, disclosed_task
+from levelfield.masking import Masker, known_secrets
 from levelfield.outcome import PhaseLog, classify, outcome_of
 from levelfield.plan import Trial
 from levelfield.policy import Limits
-from levelfield.records import Evidence, HostContext, Telemetry, TrialRecord
+from levelfield.records import AgentSetup, Evidence, HostContext, Telemetry, TrialRecord
 from levelfield.sandbox import Backend, Sandbox
 from levelfield.telemetry import Sampler, host_context
 from levelfield.verifier import run_verifier
@@ -52,16 +54,21 @@ class TrialContext:
 
 
 def run_trial(trial: Trial, backend: Backend, ctx: TrialContext) -> TrialRecord:
+    """Secrets are masked in every file of the trial directory and in the record before the
+    executor stores it (masking.py)."""
     trial_dir = _fresh_dir(ctx.trial_dir(trial))
     host = host_context(ctx.in_flight(), ctx.node)
     started, t0 = datetime.now(UTC), time.monotonic()
     limits = trial.limits
     log, phase_s = PhaseLog(), {}
     sampler: Sampler | None = None
+    masker = Masker()
     try:
+        masker = trial_secrets(ctx.agent_options)
         agent = make_agent(trial.agent, ctx.agent_options)
         task = replace(trial.task, allow_internet=True) if agent.needs_network else trial.task
-        box = backend.start(task, limits, trial_id=trial.key, trial_dir=trial_dir)
+        mounts = agent.mounts() if hasattr(agent, "mounts") else ()  # may prepare it on the host
+        box = backend.start(task, limits, trial_id=trial.key, trial_dir=trial_dir, mounts=mounts)
         phase_s["start"] = time.monotonic() - t0
         ctx.track(box, alive=True)
         sampler = Sampler(box)
@@ -75,10 +82,17 @@ def run_trial(trial: Trial, backend: Backend, ctx: TrialContext) -> TrialRecord:
     except Exception as exc:  # a harness bug is recorded too; cancellation propagates
         log.error = exc
         log.api_calls = log.api_calls or tuple(getattr(exc, "calls", ()))
-    log.evidence = with_log_evidence(log)
-    record = _record(trial, ctx, log, limits, host, sampler, phase_s, started, t0)
+    log.evidence = with_outcome_notes(with_log_evidence(log), log)
+    record = masker.record(_record(trial, ctx, log, limits, host, sampler, phase_s, started, t0))
+    masker.files(trial_dir)
     (trial_dir / "record.json").write_text(record.model_dump_json(indent=2))
     return record
+
+
+def trial_secrets(options: AgentOptions) -> Masker:
+    """Read where the trial runs (a Ray node too): secret values never travel with the trial."""
+    key = options.api_key(options.api_key_env)
+    return known_secrets(key.get_secret_value() if key is not None else None)
 
 
 def _record(
@@ -121,6 +135,9 @@ def _record(
         finished_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         duration_s=round(time.monotonic() - t0, 3),
         api_calls=log.api_calls,
+        agent_setup=log.setup,
+        agent_report=log.report,
+        limits_disclosed=trial.limits_disclosed,
     )
 
 
@@ -143,6 +160,7 @@ def record_without_sandbox(trial: Trial, ctx: TrialContext, exc: BaseException) 
         reason=reason,
         error=_error_text(exc),
         limits=asdict(trial.limits),
+        limits_disclosed=trial.limits_disclosed,
         evidence=Evidence(sandbox_alive=False),
         telemetry=Telemetry(host=host_context(ctx.in_flight(), ctx.node)),
         started_at=now,
@@ -159,11 +177,32 @@ def with_log_evidence(log: PhaseLog) -> Evidence | None:
     evidence = log.evidence
     if evidence is None or evidence.storage_full or evidence.storage_ceiling_bytes is None:
         return evidence
-    tails = [p.output_tail for p in (log.agent, log.verifier) if p is not None]
+    setup = log.setup.phase if log.setup is not None else None
+    tails = [p.output_tail for p in (setup, log.agent, log.verifier) if p is not None]
     if not any(ENOSPC_TEXT in tail for tail in tails):
         return evidence
     note = f"'{ENOSPC_TEXT}' in the phase output under a storage ceiling"
     return evidence.model_copy(update={"storage_full": True, "notes": (*evidence.notes, note)})
+
+
+SETUP_TAIL_CHARS = 800
+
+
+def with_outcome_notes(evidence: Evidence | None, log: PhaseLog) -> Evidence | None:
+    """The words behind an infra verdict that no kernel counter gives: a setup's log tail, the
+    file a verifier did not write, the agent's own report of its API failing."""
+    notes: list[str] = []
+    if log.setup is not None and log.setup.failed and log.setup.phase is not None:
+        phase = log.setup.phase
+        how = "timed out" if phase.timed_out else f"exited {phase.exit_code}"
+        notes.append(f"agent setup {how}: {phase.output_tail[-SETUP_TAIL_CHARS:]}")
+    if log.graded_nothing:
+        notes.append(f"verifier graded nothing: {log.graded_nothing}")
+    if log.report is not None and log.report.api_failure:
+        notes.append(f"the agent reported an API failure: {log.report.message}")
+    if evidence is None or not notes:
+        return evidence
+    return evidence.model_copy(update={"notes": (*evidence.notes, *notes)})
 
 
 def _phases(
@@ -174,26 +213,61 @@ def _phases(
     log: PhaseLog,
     phase_s: dict[str, float],
 ) -> None:
+    """agent_setup (CLI agents) → agent → verifier. A failed setup ends the trial there: the
+    agent never ran, so there is nothing to grade."""
+    setup = _setup(trial, agent, box, trial_dir, log, phase_s)
+    if setup is not None and setup.failed:
+        _write_trajectory(trial, (), trial_dir, setup)
+        return
+    task, agent_box = trial.task, box
+    if trial.limits_disclosed:
+        task, agent_box = disclosed_task(task, trial.limits), DisclosedSandbox(box, trial.limits)
     t = time.monotonic()
-    run = agent.run(box, trial.task, timeout_s=trial.task.agent_timeout_s, trial_dir=trial_dir)
-    log.agent, log.api_calls = run.phase, run.api_calls
+    run = agent.run(agent_box, task, timeout_s=task.agent_timeout_s, trial_dir=trial_dir)
+    log.agent, log.api_calls, log.report = run.phase, run.api_calls, run.report
     phase_s["agent"] = time.monotonic() - t
-    _write_trajectory(trial, run.steps, trial_dir)
+    _write_trajectory(trial, run.steps, trial_dir, setup)
     t = time.monotonic()
     verdict = run_verifier(trial.task, box, trial_dir=trial_dir)
     log.verifier, log.reward = verdict.phase, verdict.reward
+    log.graded_nothing = verdict.graded_nothing
     phase_s["verifier"] = time.monotonic() - t
 
 
-def _write_trajectory(trial: Trial, steps: tuple[dict[str, object], ...], trial_dir: Path) -> None:
-    """In the replay agent's input format, so this trial can be replayed under other policies."""
-    doc = {
+def _setup(
+    trial: Trial,
+    agent: Agent,
+    box: Sandbox,
+    trial_dir: Path,
+    log: PhaseLog,
+    phase_s: dict[str, float],
+) -> AgentSetup | None:
+    if not hasattr(agent, "setup"):
+        return None
+    t = time.monotonic()
+    timeout_s = getattr(getattr(agent, "options", None), "setup_timeout_s", 600.0)
+    log.setup = agent.setup(box, trial.task, timeout_s=timeout_s, trial_dir=trial_dir)
+    phase_s["agent_setup"] = time.monotonic() - t
+    return log.setup
+
+
+def _write_trajectory(
+    trial: Trial,
+    steps: tuple[dict[str, object], ...],
+    trial_dir: Path,
+    setup: AgentSetup | None = None,
+) -> None:
+    """In the replay agent's input format, so this trial can be replayed under other policies;
+    the setup rides along under its own key, which a replay skips."""
+    doc: dict[str, object] = {
         "schema_version": 1,
         "task": trial.task.name,
         "agent": trial.agent,
         "policy": trial.policy.name,
         "steps": list(steps),
     }
+    if setup is not None:
+        doc["setup"] = setup.model_dump(mode="json")
     (trial_dir / "trajectory.json").write_text(json.dumps(doc, indent=2))
 
 

@@ -3,11 +3,18 @@
 The tests enter the sandbox only now, after the agent phase, so the agent never saw them. The
 reward is /logs/verifier/reward.txt (a number) or reward.json ({"reward": x}, or else the mean of
 its numeric values); neither file means the verifier failed, which is not the agent's failure.
+
+A reward can also stand on no test at all: Terminal-Bench's test.sh writes 0 whenever pytest
+exits non-zero, including when `uvx` could not even download pytest. So when test.sh names a
+report file (pytest's `--ctrf PATH`, `--junitxml PATH`) that is missing or empty afterwards, or
+when its bootstrap visibly failed (a download or name resolution error, and pytest never started),
+the verifier graded nothing: `graded_nothing` says which file and quotes the log lines.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -20,16 +27,79 @@ REWARD_JSON = PurePosixPath("/logs/verifier/reward.json")
 TEST = "bash /tests/test.sh"
 
 
+REPORT_FLAG = re.compile(r"--(?:ctrf|junitxml|junit-xml|json-report-file)(?:=|\s+)([^\s;|&<>]+)")
+BOOTSTRAP_FAILURE = re.compile(
+    r"Could not resolve host|Temporary failure in name resolution|Name or service not known"
+    r"|failed to lookup address|dns error|Failed to fetch|Failed to download"
+    r"|No matching distribution found|Could not find a version that satisfies"
+    r"|Network is unreachable|Connection refused|Connection timed out",
+    re.IGNORECASE,
+)
+PYTEST_STARTED = re.compile(r"test session starts|collected \d+ item|\d+ (passed|failed)")
+EVIDENCE_LINES = 6
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     phase: PhaseResult
     reward: float | None
+    graded_nothing: str | None = None  # why the reward stands on no test (the evidence)
 
 
 def run_verifier(task: Task, box: Sandbox, *, trial_dir: Path) -> Verdict:
     box.copy_in(task.tests_dir, PurePosixPath("/tests"))
-    phase = box.exec(TEST, timeout_s=task.verifier_timeout_s, log_path=trial_dir / "verifier.log")
-    return Verdict(phase, read_reward(box))
+    log = trial_dir / "verifier.log"
+    offset = log.stat().st_size if log.exists() else 0
+    phase = box.exec(TEST, timeout_s=task.verifier_timeout_s, log_path=log)
+    output = _read_from(log, offset)
+    return Verdict(phase, read_reward(box), graded_nothing(task, box, output))
+
+
+def named_reports(test_sh: str, workdir: PurePosixPath) -> list[PurePosixPath]:
+    """Report files test.sh asks pytest for; a path built from a variable cannot be checked."""
+    found = []
+    for line in test_sh.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        for raw in REPORT_FLAG.findall(line):
+            path = raw.strip("'\"")
+            if "$" not in path and "`" not in path:
+                found.append(workdir / path)  # an absolute path stays absolute
+    return found
+
+
+def graded_nothing(task: Task, box: Sandbox, output: str) -> str | None:
+    try:
+        test_sh = (task.tests_dir / "test.sh").read_text(errors="replace")
+    except OSError:
+        return None
+    failures = [line for line in output.splitlines() if BOOTSTRAP_FAILURE.search(line)]
+    for report in named_reports(test_sh, task.workdir):
+        data = box.read_file(report)
+        if data is None or not data.strip():
+            state = "missing" if data is None else "empty"
+            return f"test.sh names {report} but it is {state} after the verifier" + _quote(
+                output, failures
+            )
+    if failures and not PYTEST_STARTED.search(output) and "pytest" in test_sh:
+        return "the verifier's bootstrap failed before any test ran" + _quote(output, failures)
+    return None
+
+
+def _quote(output: str, lines: list[str] | None = None) -> str:
+    """The log lines that show why: the matching ones, else the last non-empty ones."""
+    picked = lines or [line for line in output.splitlines() if line.strip()]
+    shown = [line.strip()[:200] for line in picked[-EVIDENCE_LINES:]]
+    return (": " + " | ".join(shown)) if shown else ""
+
+
+def _read_from(log: Path, offset: int) -> str:
+    try:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def read_reward(box: Sandbox) -> float | None:

@@ -68,7 +68,10 @@ def test_command_agent_installs_a_real_cli_in_the_sandbox_and_keeps_the_key_secr
     trajectory = json.loads(
         (tmp_path / "run" / "trials" / record.trial_key / "trajectory.json").read_text()
     )
-    assert [s["step"] for s in trajectory["steps"]] == ["install", "run"]
+    assert [s["step"] for s in trajectory["steps"]] == ["run"]
+    assert trajectory["setup"]["mode"] == "sandbox"  # the install: its own phase, recorded apart
+    assert record.agent_setup is not None and record.agent_setup.phase is not None
+    assert record.agent_setup.phase.exit_code == 0 and "agent_setup" in record.telemetry.phase_s
     seen = (tmp_path / "run" / "trials").glob("*/work")  # workspaces are gone; read the log
     assert not list(seen)
     log = (tmp_path / "run" / "trials" / record.trial_key / "agent.log").read_text()

@@ -2,9 +2,10 @@
 
 `oracle` runs the task's reference solution, `nop` does nothing (a task that passes with it is
 broken), `replay` runs a recorded trajectory of commands with their timing, `command` installs and
-runs any CLI agent inside the sandbox (presets `claude-code`, `codex`), and `terminal` is a compact
-built-in loop that asks a model for commands. An agent is named by a string, as the store and the
-reports show it: "oracle", "replay:lean", "terminal:gpt-4.1", "claude-code:claude-sonnet-4-5".
+runs any CLI agent inside the sandbox (presets `claude-code`, `codex`, `gemini-cli`), and
+`terminal` is a compact built-in loop that asks a model for commands. An agent is named by a
+string, as the store and the reports show it: "oracle", "replay:lean", "terminal:gpt-4.1",
+"claude-code:claude-sonnet-4-5".
 """
 
 from __future__ import annotations
@@ -12,14 +13,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from levelfield.errors import RunConfigError
-from levelfield.records import ApiCall, PhaseResult
+from levelfield.records import AgentReport, ApiCall, PhaseResult
 from levelfield.sandbox import Sandbox
 from levelfield.tasks import Task
+
+CLI_PRESETS = ("claude-code", "codex", "gemini-cli")  # agents/command.py's PRESETS
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,7 @@ class AgentRun:
     phase: PhaseResult
     steps: tuple[dict[str, object], ...] = ()
     api_calls: tuple[ApiCall, ...] = field(default_factory=tuple)
+    report: AgentReport | None = None  # what a CLI agent said about its own run
 
 
 class Agent(Protocol):
@@ -53,6 +57,18 @@ class AgentOptions(BaseModel):
         "is in $LEVELFIELD_INSTRUCTION and $LEVELFIELD_INSTRUCTION_FILE.",
     )
     name: str | None = Field(None, description="Label of a `command` agent in reports.")
+    install_mode: Literal["sandbox", "mounted"] = Field(
+        "sandbox",
+        description="sandbox: install inside each trial, under its limits, in the agent_setup "
+        "phase; mounted: prepare once on the host and mount read-only into every sandbox.",
+    )
+    agent_version: str | None = Field(
+        None, description="npm version (or dist-tag) of a preset CLI agent; default latest."
+    )
+    setup_timeout_s: float = Field(600.0, gt=0, description="Timeout of the agent_setup phase.")
+    agent_env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment for a CLI agent (not secret)."
+    )
     api_key_env: str | None = Field(None, description="Environment variable holding the API key.")
     api_key_file: Path | None = Field(None, description="File holding the API key.")
     max_turns: int = Field(30, ge=1, description="Model calls the terminal agent may make.")
@@ -74,7 +90,7 @@ def agent_name(kind: str, options: AgentOptions) -> str:
     """The label a trial stores: the model is part of it, so two models never share a key."""
     if kind == "command":
         return f"command:{options.name or 'custom'}"
-    if kind in ("terminal", "claude-code", "codex") and options.model:
+    if kind in ("terminal", *CLI_PRESETS) and options.model:
         return f"{kind}:{options.model}"
     return kind
 
@@ -96,7 +112,7 @@ def make_agent(spec: str, options: AgentOptions | None = None) -> Agent:
         if not arg:
             raise RunConfigError("replay needs a trajectory: replay:NAME or replay:/path/file.json")
         return ReplayAgent(spec, arg)
-    if kind in ("command", "claude-code", "codex"):
+    if kind in ("command", *CLI_PRESETS):
         from levelfield.agents.command import command_agent
 
         return command_agent(kind, spec, options)
@@ -106,5 +122,5 @@ def make_agent(spec: str, options: AgentOptions | None = None) -> Agent:
         return TerminalAgent(spec, options.model_copy(update={"model": options.model or arg}))
     raise RunConfigError(
         f"unknown agent {spec!r}: use oracle, nop, replay:TRAJECTORY, command, claude-code, "
-        "codex or terminal"
+        "codex, gemini-cli or terminal"
     )

@@ -1,59 +1,121 @@
-"""CLI agents installed and run inside the sandbox: `command`, and presets for Claude Code and
-Codex.
+"""CLI agents run inside the sandbox: `command`, and presets for Claude Code, Codex and Gemini CLI.
 
-The install step runs in the agent phase, under the trial's limits, and its time counts against
-the agent timeout: on Terminal-Bench an agent's own install is what the 1x memory ceiling kills
-first (`bn-fit-modify`), so excluding it would hide exactly the noise this harness measures.
-Installs go to $HOME/.local (the host's /usr is read-only in the sandbox).
+Two install modes. `sandbox` (the default, as Harbor does it) installs the agent inside the trial,
+under its limits, in a phase of its own (`agent_setup`) with its own timeout: on Terminal-Bench
+an agent's own install is what the 1x memory ceiling kills first, so its memory counts, but an
+install that fails is the infrastructure's failure, recorded apart from the agent's run. Where the
+image has no Node.js (most Terminal-Bench images), the setup brings one: a tarball unpacked with
+the image's own tar. `mounted` prepares the agent once per host (`_prepare.py`) and binds it
+read-only into every sandbox: no install per trial, and the trial's memory is the agent's run.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from levelfield.agents import AgentOptions, AgentRun, agent_name
+from levelfield.agents import AgentOptions, AgentRun, _cli_report, _prepare, agent_name
 from levelfield.errors import RunConfigError
-from levelfield.records import PhaseResult
-from levelfield.sandbox import Sandbox
+from levelfield.records import AgentReport, AgentSetup, PhaseResult
+from levelfield.sandbox import ReadOnlyMount, Sandbox
 from levelfield.tasks import Task
 
 INSTRUCTION_PATH = PurePosixPath("/logs/agent/instruction.md")
+NODE_TARBALL = PurePosixPath("/tmp/levelfield-node.tar.gz")
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LOCAL_ENV = {
-    "PATH": "/root/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "PATH": f"/root/.local/bin:{SYSTEM_PATH}",
     "NPM_CONFIG_PREFIX": "/root/.local",
     "PIP_USER": "1",
+    "npm_config_update_notifier": "false",
 }
 _WITH_MODEL = '${LEVELFIELD_MODEL:+%s "$LEVELFIELD_MODEL"}'
+# How the host reaches the network (a proxy, a TLS-inspecting CA): passed on, so that npm and the
+# agent reach their registry and API from the sandbox as the host does. Never a secret.
+NETWORK_ENV = (
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class Preset:
-    install: str
+    package: str  # on the npm registry
     command: str
-    key_env: str
+    version_cmd: str
+    key_envs: tuple[str, ...]  # the first is the one --api-key-env defaults to
+    base_url_env: str
     state_dir: str  # the agent's own logs and session files under $HOME, kept with the trial
+    min_node: int  # the major version its package.json's engines asks for
+    quiet_env: tuple[tuple[str, str], ...] = ()  # no telemetry or update checks from a trial
 
 
 PRESETS = {
     "claude-code": Preset(
-        install="npm install -g @anthropic-ai/claude-code",
-        command="claude --print --dangerously-skip-permissions "
-        + _WITH_MODEL % "--model"
-        + ' "$LEVELFIELD_INSTRUCTION"',
-        key_env="ANTHROPIC_API_KEY",
+        package="@anthropic-ai/claude-code",
+        command="claude --print --output-format stream-json --verbose "
+        "--dangerously-skip-permissions " + _WITH_MODEL % "--model" + ' "$LEVELFIELD_INSTRUCTION"',
+        version_cmd="claude --version",
+        key_envs=("ANTHROPIC_API_KEY",),
+        base_url_env="ANTHROPIC_BASE_URL",
         state_dir=".claude",
+        min_node=22,
+        quiet_env=(
+            ("IS_SANDBOX", "1"),  # lets --dangerously-skip-permissions run as root
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+            ("DISABLE_AUTOUPDATER", "1"),
+        ),
     ),
     "codex": Preset(
-        install="npm install -g @openai/codex",
-        command="codex exec --full-auto --skip-git-repo-check "
+        package="@openai/codex",
+        command="codex exec --json --skip-git-repo-check "
+        "--dangerously-bypass-approvals-and-sandbox "  # the trial's sandbox is the sandbox
         + _WITH_MODEL % "-m"
-        + ' "$LEVELFIELD_INSTRUCTION"',
-        key_env="OPENAI_API_KEY",
+        + ' ${LEVELFIELD_BASE_URL:+-c openai_base_url="$LEVELFIELD_BASE_URL"}'
+        ' "$LEVELFIELD_INSTRUCTION" </dev/null',
+        version_cmd="codex --version",
+        key_envs=("OPENAI_API_KEY", "CODEX_API_KEY"),
+        base_url_env="OPENAI_BASE_URL",
         state_dir=".codex",
+        min_node=16,
+    ),
+    "gemini-cli": Preset(
+        package="@google/gemini-cli",
+        # Without a selected auth type, a base URL makes it pick "gateway", which it then refuses.
+        command="mkdir -p ~/.gemini && { [ -e ~/.gemini/settings.json ] || echo "
+        "'{\"security\":{\"auth\":{\"selectedType\":\"gemini-api-key\"}}}' "
+        "> ~/.gemini/settings.json; } && gemini --output-format json --yolo "
+        + _WITH_MODEL % "-m"
+        + ' -p "$LEVELFIELD_INSTRUCTION" </dev/null',
+        version_cmd="gemini --version",
+        key_envs=("GEMINI_API_KEY",),
+        base_url_env="GOOGLE_GEMINI_BASE_URL",
+        state_dir=".gemini",
+        min_node=20,
+        quiet_env=(("GEMINI_CLI_TRUST_WORKSPACE", "true"),),
     ),
 }
+
+
+def api_environment(preset: Preset | None, key_env: str | None, options: AgentOptions) -> dict:
+    """Key, base URL and model, in the variables the CLI reads. One function, so that a proxy
+    in front of the model API can swap what reaches the sandbox in one place."""
+    env: dict[str, str] = {}
+    if options.model:
+        env["LEVELFIELD_MODEL"] = options.model
+    if options.base_url:
+        env["LEVELFIELD_BASE_URL"] = options.base_url
+        if preset is not None:
+            env[preset.base_url_env] = options.base_url
+    key = options.api_key(key_env)
+    if key is not None:
+        names = preset.key_envs if preset is not None and key_env in preset.key_envs else ()
+        for name in names or ((key_env,) if key_env else ()):
+            env[name] = key.get_secret_value()
+    return env
 
 
 def command_agent(kind: str, spec: str, options: AgentOptions) -> CommandAgent:
@@ -61,16 +123,33 @@ def command_agent(kind: str, spec: str, options: AgentOptions) -> CommandAgent:
     command = options.command or (preset.command if preset else None)
     if not command:
         raise RunConfigError("the command agent needs --agent-cmd (and usually --agent-install)")
+    if options.install_mode == "mounted" and (preset is None or options.install):
+        raise RunConfigError(
+            "--agent-install-mode mounted prepares a preset's npm package on the host: use "
+            f"{', '.join(PRESETS)}, or the sandbox mode with --agent-install"
+        )
     return CommandAgent(
         name=spec if ":" in spec else agent_name(kind, options),
-        install=options.install
-        if options.install is not None
-        else (preset.install if preset else None),
+        install=options.install,
         command=command,
-        key_env=options.api_key_env or (preset.key_env if preset else None),
-        state_dir=preset.state_dir if preset else None,
+        key_env=options.api_key_env or (preset.key_envs[0] if preset else None),
+        preset=preset,
+        kind=kind,
         options=options,
     )
+
+
+_TREES: dict[tuple[str, str | None], _prepare.PreparedTree] = {}
+_TREES_LOCK = threading.Lock()
+
+
+def prepared_tree(preset: Preset, version: str | None) -> _prepare.PreparedTree:
+    """Once per process and agent version; the cache on disk makes it once per host."""
+    with _TREES_LOCK:
+        key = (preset.package, version)
+        if key not in _TREES:
+            _TREES[key] = _prepare.prepare_tree(preset.package, version, preset.version_cmd)
+        return _TREES[key]
 
 
 @dataclass(frozen=True)
@@ -79,63 +158,165 @@ class CommandAgent:
     install: str | None
     command: str
     key_env: str | None
-    state_dir: str | None
+    preset: Preset | None
+    kind: str
     options: AgentOptions
     needs_network: bool = True  # to reach its model's API and its package registry
 
+    @property
+    def is_mounted(self) -> bool:
+        return self.options.install_mode == "mounted" and self.preset is not None
+
+    def mounts(self) -> tuple[ReadOnlyMount, ...]:
+        if not self.is_mounted:
+            return ()
+        assert self.preset is not None
+        tree = prepared_tree(self.preset, self.options.agent_version)
+        return (ReadOnlyMount(tree.path, _prepare.TREE_IN_SANDBOX),)
+
     def environment(self, task: Task) -> dict[str, str]:
+        path = LOCAL_ENV["PATH"]
+        if self.is_mounted:
+            path = f"{_prepare.TREE_IN_SANDBOX}/bin:{path}"
         env = {
+            **{k: os.environ[k] for k in NETWORK_ENV if k in os.environ},
             **LOCAL_ENV,
+            "PATH": path,
             "LEVELFIELD_INSTRUCTION": task.instruction,
             "LEVELFIELD_INSTRUCTION_FILE": str(INSTRUCTION_PATH),
-            "IS_SANDBOX": "1",
+            **dict(self.preset.quiet_env if self.preset else ()),
+            **self.options.agent_env,
         }
-        if self.options.model:
-            env["LEVELFIELD_MODEL"] = self.options.model
-        if self.options.base_url:
-            env["LEVELFIELD_BASE_URL"] = self.options.base_url
-        key = self.options.api_key(self.key_env)
-        if key is not None and self.key_env:
-            env[self.key_env] = key.get_secret_value()
-        return env
+        return {**env, **api_environment(self.preset, self.key_env, self.options)}
+
+    # -- agent_setup -------------------------------------------------------------------------
+
+    def setup(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentSetup:
+        if self.is_mounted:
+            assert self.preset is not None
+            tree = prepared_tree(self.preset, self.options.agent_version)
+            return AgentSetup(
+                mode="mounted",
+                package=tree.spec,
+                agent_version=tree.agent_version,
+                runtime=tree.runtime,
+                tree_path=str(tree.path),
+                tree_sha256=tree.sha256,
+            )
+        return self._install_in_sandbox(box, task, timeout_s=timeout_s, trial_dir=trial_dir)
+
+    def _install_in_sandbox(
+        self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path
+    ) -> AgentSetup:
+        env, log = self.environment(task), trial_dir / "agent-setup.log"
+        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        runtime, phase = None, None
+        package = None
+        if self.preset is not None:
+            runtime, phase = self._bring_node(box, env, log, deadline)
+            version = self.options.agent_version or "latest"
+            package = f"{self.preset.package}@{version}"
+            install = self.install or f"npm install -g --no-audit --no-fund {package}"
+        else:
+            install = self.install
+        said = None
+        if install and (phase is None or _ok(phase)):
+            phase = box.exec(install, timeout_s=_left(deadline), env=env, log_path=log)
+            if _ok(phase) and self.preset is not None:
+                check = box.exec(
+                    self.preset.version_cmd, timeout_s=_left(deadline), env=env, log_path=log
+                )
+                said = _last_line(check.output_tail)
+                phase = phase if _ok(check) else check  # installed, yet it does not start
+        phase = (phase or PhaseResult(exit_code=0)).model_copy(
+            update={"duration_s": time.monotonic() - started}
+        )
+        return AgentSetup(
+            mode="sandbox",
+            package=package,
+            agent_version=said,
+            runtime=runtime,
+            phase=phase,
+            memory_peak_bytes=box.evidence().memory_peak_bytes,
+        )
+
+    def _bring_node(
+        self, box: Sandbox, env: dict[str, str], log: Path, deadline: float
+    ) -> tuple[str, PhaseResult | None]:
+        """The image's Node.js if new enough for the agent, else our tarball, unpacked in it."""
+        assert self.preset is not None
+        probe = box.exec(
+            f"command -v npm >/dev/null && node -e 'process.exit(+process.versions.node"
+            f".split(\".\")[0] >= {self.preset.min_node} ? 0 : 1)' && node --version",
+            timeout_s=_left(deadline),
+            env=env,
+            log_path=log,
+        )
+        if _ok(probe):
+            return f"node {_last_line(probe.output_tail)} (the image's)", None
+        box.copy_in(_prepare.node_tarball(), NODE_TARBALL)
+        unpack = box.exec(
+            f'mkdir -p "$HOME/.local" && tar -xzf {NODE_TARBALL} -C "$HOME/.local" '
+            f"&& rm -f {NODE_TARBALL} && node --version",
+            timeout_s=_left(deadline),
+            env=env,
+            log_path=log,
+        )
+        return f"node {_prepare.NODE_VERSION} (brought in: {_prepare.NODE_WHEEL})", (
+            None if _ok(unpack) else unpack
+        )
+
+    # -- the agent's run ---------------------------------------------------------------------
 
     def run(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentRun:
         instruction = trial_dir / "instruction.md"
         instruction.write_text(task.instruction)
         box.copy_in(instruction, INSTRUCTION_PATH)
-        env, deadline = self.environment(task), time.monotonic() + timeout_s
-        steps: list[dict[str, object]] = []
-        started = time.monotonic()
-        for label, command in (("install", self.install), ("run", self.command)):
-            if not command:
-                continue
-            budget = deadline - time.monotonic()
-            phase = box.exec(
-                command, timeout_s=max(budget, 0.001), env=env, log_path=trial_dir / "agent.log"
-            )
-            steps.append(
-                {
-                    "command": command,
-                    "delay_s": 0.0,
-                    "step": label,
-                    "exit_code": phase.exit_code,
-                    "duration_s": round(phase.duration_s, 3),
-                }
-            )
-            if phase.timed_out or (label == "install" and phase.exit_code != 0):
-                break
+        env, log = self.environment(task), trial_dir / "agent.log"
+        offset = log.stat().st_size if log.exists() else 0
+        phase = box.exec(self.command, timeout_s=timeout_s, env=env, log_path=log)
+        launch = {
+            "command": self.command,
+            "delay_s": 0.0,
+            "step": "run",
+            "exit_code": phase.exit_code,
+            "duration_s": round(phase.duration_s, 3),
+        }
+        report, commands = self._read_report(log, offset, phase)
         self._keep_state(box, trial_dir, env)
-        return AgentRun(_overall(phase, started), tuple(steps))
+        return AgentRun(phase, commands or (launch,), report=report)
+
+    def _read_report(
+        self, log: Path, offset: int, phase: PhaseResult
+    ) -> tuple[AgentReport, tuple[dict[str, object], ...]]:
+        reader = _cli_report.READERS.get(self.kind)
+        if reader is None:
+            return AgentReport(exit_code=phase.exit_code), ()
+        with open(log, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+        reading = reader(text, phase.exit_code)
+        return reading.report, reading.commands
 
     def _keep_state(self, box: Sandbox, trial_dir: Path, env: dict[str, str]) -> None:
-        if self.state_dir:
+        if self.preset is not None:
             box.exec(
-                f"cp -r ~/{self.state_dir} /logs/agent/ 2>/dev/null || true",
+                f"cp -r ~/{self.preset.state_dir} /logs/agent/ 2>/dev/null || true",
                 timeout_s=30,
                 env=env,
                 log_path=trial_dir / "agent.log",
             )
 
 
-def _overall(last: PhaseResult, started: float) -> PhaseResult:
-    return last.model_copy(update={"duration_s": time.monotonic() - started})
+def _ok(phase: PhaseResult) -> bool:
+    return not phase.timed_out and phase.exit_code == 0
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.001)
+
+
+def _last_line(text: str) -> str | None:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else None

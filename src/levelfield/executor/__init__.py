@@ -82,6 +82,8 @@ def run(
         if problems:
             raise HostUnsupported(f"backend {config.backend}: " + "; ".join(problems))
         store.set_meta(_meta(config, run_id, backend, policies, store.meta()))
+        if on_this_host:
+            store.set_meta({"agents_prepared": _prepare_agents(config, store.meta())})
         stored = _settled_keys(store, RetryPolicy(config.node_lost_retries).max_attempts)
         todo = [t for t in trials if t.key not in stored]
         if todo:
@@ -114,7 +116,31 @@ def _plan(config: RunConfig, dataset: Dataset, policies: list[Policy]) -> list[T
         window=config.window,
         seed=config.seed,
         concurrency_levels=config.concurrency_levels,
+        disclosure_levels=config.disclosure_levels(),
     )
+
+
+def _prepare_agents(config: RunConfig, meta: dict[str, Any]) -> dict[str, Any]:
+    """Mounted CLI agents are prepared before the first trial (once per host, cached), and the
+    run records what every trial will mount: path, version and content hash."""
+    prepared = dict(meta.get("agents_prepared", {}))
+    for spec in config.resolved_agents():
+        agent = make_agent(spec, config.agent_options)
+        mounts = getattr(agent, "mounts", None)
+        if mounts is None or not mounts():
+            continue
+        from levelfield.agents.command import prepared_tree
+
+        tree = prepared_tree(agent.preset, config.agent_options.agent_version)  # type: ignore[attr-defined]
+        prepared[spec] = {
+            "mode": "mounted",
+            "package": tree.spec,
+            "agent_version": tree.agent_version,
+            "runtime": tree.runtime,
+            "path": str(tree.path),
+            "sha256": tree.sha256,
+        }
+    return prepared
 
 
 def _plan_info(todo: list[Trial], stored: int, config: RunConfig, store: Store) -> PlanInfo:

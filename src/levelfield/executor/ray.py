@@ -158,9 +158,11 @@ class _AttemptBackend:
     def check(self) -> list[str]:
         return self.inner.check()
 
-    def start(self, task: Any, limits: Limits, *, trial_id: str, trial_dir: Path) -> Any:
+    def start(
+        self, task: Any, limits: Limits, *, trial_id: str, trial_dir: Path, mounts: Any = ()
+    ) -> Any:
         named = f"{trial_id}-a{self.attempt}"
-        return self.inner.start(task, limits, trial_id=named, trial_dir=trial_dir)
+        return self.inner.start(task, limits, trial_id=named, trial_dir=trial_dir, mounts=mounts)
 
     def reap(self, run_id: str) -> int:
         return self.inner.reap(run_id)

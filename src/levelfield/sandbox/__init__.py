@@ -46,6 +46,14 @@ class Usage:
     storage_free_bytes: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ReadOnlyMount:
+    """A host directory bound read-only into the sandbox (a CLI agent prepared on the host)."""
+
+    source: Path
+    target: PurePosixPath
+
+
 class Sandbox(Protocol):
     """One started trial environment whose limits the kernel enforces."""
 
@@ -78,7 +86,15 @@ class Backend(Protocol):
 
     def check(self) -> list[str]: ...  # problems that stop this backend on this host
 
-    def start(self, task: Task, limits: Limits, *, trial_id: str, trial_dir: Path) -> Sandbox: ...
+    def start(
+        self,
+        task: Task,
+        limits: Limits,
+        *,
+        trial_id: str,
+        trial_dir: Path,
+        mounts: Sequence[ReadOnlyMount] = (),
+    ) -> Sandbox: ...
 
     def reap(self, run_id: str) -> int: ...  # remove what a killed run left; returns the count
 

@@ -41,6 +41,7 @@ def bwrap_argv(
     workdir: PurePosixPath,
     allow_network: bool,
     info_fd: int,
+    read_only: Mapping[PurePosixPath, Path] | None = None,
 ) -> list[str]:
     """bwrap starting an idle init; phases enter its namespaces later with nsenter."""
     argv = [
@@ -61,6 +62,8 @@ def bwrap_argv(
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
     for target, source in sorted(binds.items()):
         argv += ["--bind", str(source), str(target)]
+    for target, source in sorted((read_only or {}).items()):
+        argv += ["--ro-bind", str(source), str(target)]
     argv += ["--remount-ro", "/", "--chdir", str(workdir)]
     argv += ["/bin/sh", "-c", f": > {READY_FILE}; exec sleep infinity"]
     return argv

@@ -22,7 +22,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
@@ -33,6 +33,7 @@ from levelfield.records import Evidence, PhaseResult
 from levelfield.sandbox import (
     BackendOptions,
     Enforcement,
+    ReadOnlyMount,
     Usage,
     _cgroup,
     _container,
@@ -221,7 +222,15 @@ class OciBackend:
             isolation=f"OCI container ({where})",
         )
 
-    def start(self, task: Task, limits: Limits, *, trial_id: str, trial_dir: Path) -> OciSandbox:
+    def start(
+        self,
+        task: Task,
+        limits: Limits,
+        *,
+        trial_id: str,
+        trial_dir: Path,
+        mounts: Sequence[ReadOnlyMount] = (),
+    ) -> OciSandbox:
         client = self.client
         try:
             image = _images.ensure_image(client, task, images_dir=self.options.run_dir / "images")
@@ -233,7 +242,7 @@ class OciBackend:
         args = host_config_args(limits)
         if self._storage_quota and limits.storage_ceiling_bytes is not None:
             args["storage_opt"] = {"size": str(limits.storage_ceiling_bytes)}
-        container_id = self._create(task, image.tag, args, trial_id)
+        container_id = self._create(task, image.tag, args, trial_id, mounts)
         notes = [describe_applied(args), image.describe(), f"engine: {self.report().describe()}"]
         if limits.storage_ceiling_bytes is not None and "storage_opt" not in args:
             notes.append(f"storage ceiling not enforced: {self._quota_refused or 'disabled'}")
@@ -248,12 +257,23 @@ class OciBackend:
                 raise SandboxStartError(f"container for {task.name}: {exc}") from exc
             raise
 
-    def _create(self, task: Task, image: str, args: dict[str, Any], trial_id: str) -> str:
+    def _create(
+        self,
+        task: Task,
+        image: str,
+        args: dict[str, Any],
+        trial_id: str,
+        read_only: Sequence[ReadOnlyMount] = (),
+    ) -> str:
         """Create and start; `args` loses storage_opt if the engine refuses it (then for good)."""
         import docker.errors
+        from docker.types import Mount
 
         api = self.client.api
         mounts = _offline.uv_shim_mounts(self.settings.cache_dir) if self.settings.uv_shim else []
+        mounts += [
+            Mount(str(m.target), str(m.source), type="bind", read_only=True) for m in read_only
+        ]
         config = {
             "image": image,
             "entrypoint": KEEPALIVE,

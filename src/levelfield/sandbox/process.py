@@ -16,7 +16,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
@@ -26,6 +26,7 @@ from levelfield.records import Evidence, PhaseResult
 from levelfield.sandbox import (
     BackendOptions,
     Enforcement,
+    ReadOnlyMount,
     Usage,
     _bwrap,
     _cgroup,
@@ -91,7 +92,13 @@ class ProcessBackend:
         )
 
     def start(
-        self, task: Task, limits: Limits, *, trial_id: str, trial_dir: Path
+        self,
+        task: Task,
+        limits: Limits,
+        *,
+        trial_id: str,
+        trial_dir: Path,
+        mounts: Sequence[ReadOnlyMount] = (),
     ) -> ProcessSandbox:
         problems = self.check()
         if problems:
@@ -104,7 +111,7 @@ class ProcessBackend:
                 trial_dir, task.workdir, limits.storage_ceiling_bytes
             )
             _seed_workdir(task, workspace.binds[task.workdir])
-            return ProcessSandbox.launch(task, limits, cgroup, workspace, trial_dir)
+            return ProcessSandbox.launch(task, limits, cgroup, workspace, trial_dir, mounts)
         except BaseException:
             cgroup.kill_all()
             cgroup.remove()
@@ -167,6 +174,7 @@ class ProcessSandbox:
         cgroup: _cgroup.TrialCgroup,
         workspace: _workspace.Workspace,
         trial_dir: Path,
+        mounts: Sequence[ReadOnlyMount] = (),
     ) -> ProcessSandbox:
         read_fd, write_fd = os.pipe()
         argv = _bwrap.bwrap_argv(
@@ -174,6 +182,7 @@ class ProcessSandbox:
             workdir=task.workdir,
             allow_network=bool(task.allow_internet),  # off unless the task asks for it
             info_fd=write_fd,
+            read_only={m.target: m.source for m in mounts},
         )
         with open(trial_dir / "sandbox.log", "ab") as log:
             init = subprocess.Popen(

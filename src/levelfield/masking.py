@@ -1,0 +1,100 @@
+"""Secrets stay secret even when an agent prints them: every secret value levelfield knows is
+masked in every file of a trial's directory and in the record before the store sees it, the way
+CI systems mask secrets in build logs.
+
+Known values: the agent's API key (from its variable or its file) and the value of every variable
+of the harness's environment whose name says it holds a secret (…_API_KEY, …_TOKEN, …_SECRET,
+…PASSWORD). Values shorter than MIN_SECRET_CHARS are left alone: masking "1" would mask every
+digit of a log and protect nothing. Logs are plain text while a trial runs and masked when it
+ends; a trial directory that a killed run left is discarded by the resume before anything reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel
+
+M = TypeVar("M", bound=BaseModel)
+
+MASK = "***"
+MIN_SECRET_CHARS = 8
+SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$", re.IGNORECASE)
+
+
+@dataclass
+class Masker:
+    """The secret values of one run; `add` takes more (a per-trial token, for instance)."""
+
+    values: set[str] = field(default_factory=set)
+
+    def add(self, *values: str | None) -> Masker:
+        for value in values:
+            if value and len(value) >= MIN_SECRET_CHARS:
+                self.values.add(value)
+        return self
+
+    def _ordered(self) -> list[str]:
+        return sorted(self.values, key=len, reverse=True)  # a key that contains another first
+
+    def text(self, text: str) -> str:
+        for value in self._ordered():
+            text = text.replace(value, MASK)
+        return text
+
+    def data(self, raw: bytes) -> bytes:
+        for value in self._ordered():
+            raw = raw.replace(value.encode(), MASK.encode())
+        return raw
+
+    def record(self, model: M) -> M:
+        """A stored model with every string field masked (through its JSON form)."""
+        if not self.values:
+            return model
+        dumped = model.model_dump_json()
+        masked = dumped
+        for value in self._ordered():  # as the value appears inside a JSON string
+            masked = masked.replace(json.dumps(value)[1:-1], MASK)
+        if masked == dumped:
+            return model
+        return type(model).model_validate_json(masked)
+
+    def files(self, root: Path) -> int:
+        """Rewrite every regular file under `root` that holds a secret; returns how many."""
+        if not self.values or not root.exists():
+            return 0
+        changed = 0
+        for path in _regular_files(root):
+            try:
+                raw = path.read_bytes()
+            except OSError:
+                continue
+            masked = self.data(raw)
+            if masked != raw:
+                path.write_bytes(masked)
+                changed += 1
+        return changed
+
+
+def _regular_files(root: Path) -> Iterable[Path]:
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            if path.is_file() and not path.is_symlink():
+                yield path
+
+
+def secret_values_of(environ: Mapping[str, str]) -> list[str]:
+    return [v for k, v in environ.items() if SECRET_NAME.search(k)]
+
+
+def known_secrets(*extra: str | None, environ: Mapping[str, str] | None = None) -> Masker:
+    """Secrets of the harness's environment plus `extra` (an API key read from a file)."""
+    env = os.environ if environ is None else environ
+    return Masker().add(*secret_values_of(env), *extra)
