@@ -77,7 +77,8 @@ class AnswerReader:
 
     def _event(self, raw: bytes) -> None:
         data = "\n".join(
-            line[5:].lstrip() for line in raw.decode(errors="replace").splitlines()
+            line[5:].lstrip()
+            for line in raw.decode(errors="replace").splitlines()
             if line.startswith("data:")
         )
         if not data or data == "[DONE]":
@@ -110,7 +111,9 @@ class AnswerReader:
             block = event.get("content_block") or {}
             if block.get("type") == "tool_use":
                 self._parts[event.get("index")] = {
-                    "id": block.get("id", ""), "name": block.get("name", ""), "args": ""
+                    "id": block.get("id", ""),
+                    "name": block.get("name", ""),
+                    "args": "",
                 }
         elif kind == "content_block_delta":
             delta = event.get("delta") or {}
@@ -128,8 +131,9 @@ class AnswerReader:
         self._usage(event.get("usage"))
         for choice in event.get("choices") or []:
             for call in (choice.get("delta") or {}).get("tool_calls") or []:
-                part = self._parts.setdefault(call.get("index", 0), {"id": "", "name": "",
-                                                                    "args": ""})
+                part = self._parts.setdefault(
+                    call.get("index", 0), {"id": "", "name": "", "args": ""}
+                )
                 function = call.get("function") or {}
                 part["id"] = call.get("id") or part["id"]
                 part["name"] = function.get("name") or part["name"]
@@ -147,13 +151,19 @@ class AnswerReader:
         self._usage(doc.get("usage"))
         for block in doc.get("content") or []:  # Anthropic
             if isinstance(block, dict) and block.get("type") == "tool_use":
-                self.calls.append(ToolCall(block.get("id", ""), block.get("name", ""),
-                                           block.get("input")))
+                self.calls.append(
+                    ToolCall(block.get("id", ""), block.get("name", ""), block.get("input"))
+                )
         for choice in doc.get("choices") or []:  # Chat Completions
             for call in (choice.get("message") or {}).get("tool_calls") or []:
                 function = call.get("function") or {}
-                self.calls.append(ToolCall(call.get("id", ""), function.get("name", ""),
-                                           _parsed(function.get("arguments") or "{}")))
+                self.calls.append(
+                    ToolCall(
+                        call.get("id", ""),
+                        function.get("name", ""),
+                        _parsed(function.get("arguments") or "{}"),
+                    )
+                )
         for item in doc.get("output") or []:  # Responses
             if isinstance(item, dict):
                 self._responses_item(item)
@@ -161,20 +171,28 @@ class AnswerReader:
     def _responses_item(self, item: dict[str, Any]) -> None:
         kind = item.get("type")
         if kind == "function_call":
-            self.calls.append(ToolCall(item.get("call_id", ""), item.get("name", ""),
-                                       _parsed(item.get("arguments") or "{}")))
+            self.calls.append(
+                ToolCall(
+                    item.get("call_id", ""),
+                    item.get("name", ""),
+                    _parsed(item.get("arguments") or "{}"),
+                )
+            )
         elif kind == "local_shell_call":
             action = item.get("action") or {}
-            self.calls.append(ToolCall(item.get("call_id", ""), "local_shell",
-                                       {"command": action.get("command")}))
+            self.calls.append(
+                ToolCall(item.get("call_id", ""), "local_shell", {"command": action.get("command")})
+            )
 
     def _usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):
             return
         tokens_in = usage.get("input_tokens", usage.get("prompt_tokens"))
         tokens_out = usage.get("output_tokens", usage.get("completion_tokens"))
-        cached = sum(int(usage.get(k) or 0) for k in ("cache_read_input_tokens",
-                                                       "cache_creation_input_tokens"))
+        cached = sum(
+            int(usage.get(k) or 0)
+            for k in ("cache_read_input_tokens", "cache_creation_input_tokens")
+        )
         if tokens_in is not None:
             self.tokens_in = int(tokens_in) + cached
         if tokens_out is not None:
@@ -211,8 +229,11 @@ def trajectory_steps(calls: list[tuple[ToolCall, float]]) -> list[dict[str, obje
         if command is None:
             skipped.append(call.name)
             continue
-        step: dict[str, object] = {"command": command, "delay_s": round(delay_s, 3),
-                                   "tool": call.name}
+        step: dict[str, object] = {
+            "command": command,
+            "delay_s": round(delay_s, 3),
+            "tool": call.name,
+        }
         if skipped:
             step["skipped_tools"], skipped = skipped, []
         steps.append(step)

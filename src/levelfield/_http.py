@@ -68,9 +68,7 @@ class Handler(BaseHTTPRequestHandler):
             parts.append(self.rfile.read(size))
             self.rfile.readline()
 
-    def send_json(
-        self, status: int, payload: Any, headers: dict[str, str] | None = None
-    ) -> None:
+    def send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         self.send_bytes(status, json.dumps(payload).encode(), "application/json", headers)
 
     def send_bytes(
@@ -109,7 +107,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's name)
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

@@ -82,6 +82,9 @@ class DisclosedSandbox:
     def evidence(self) -> Evidence:
         return self._box.evidence()
 
+    def network_namespace(self) -> Path | None:
+        return self._box.network_namespace()
+
     def collect_logs(self, dest: Path) -> None:
         self._box.collect_logs(dest)
 

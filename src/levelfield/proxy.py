@@ -48,14 +48,19 @@ SECRET_HEADERS = frozenset(
     {"authorization", "x-api-key", "api-key", "cookie", "proxy-authorization", "x-goog-api-key"}
 )
 HOP_HEADERS = frozenset(
-    {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host",
-     "content-length", "accept-encoding", "proxy-connection"}
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "host",
+        "content-length",
+        "accept-encoding",
+        "proxy-connection",
+    }
 )
-# What stopped an agent is the API's doing: a refused key, rate limits or overload the CLI's own
-# retries did not get past, a server error, or no answer at all.
-API_STOP_OUTCOMES = frozenset({"rate_limited", "overloaded", "server_error", "connection_error"})
-AUTH_STATUSES = frozenset({401, 403})
-
 Provider = Literal["anthropic", "openai"]
 OFFICIAL_BASE_URL: dict[Provider, str] = {
     "anthropic": "https://api.anthropic.com",  # the SDK appends /v1/messages
@@ -155,8 +160,10 @@ class ModelProxy:
         return server.port
 
     def base_urls(self, port: int) -> dict[Provider, str]:
-        return {route.provider: f"http://127.0.0.1:{port}{prefix}"
-                for prefix, route in self.routes.items()}
+        return {
+            route.provider: f"http://127.0.0.1:{port}{prefix}"
+            for prefix, route in self.routes.items()
+        }
 
     def close(self) -> None:
         for server in self._servers:
@@ -173,24 +180,12 @@ class ModelProxy:
         with self._lock:
             return trajectory_steps(list(self._tool_calls))
 
-    def stopping_call(self) -> ApiCall | None:
-        """The failed call the agent ended on, if the API stopped it: no success came after a
-        refused key, or after rate limits, overloads or server errors that its retries did not
-        get past."""
-        with self._lock:
-            last = self.calls[-1] if self.calls else None
-        if last is None or last.outcome == "ok":
-            return None
-        if last.outcome in API_STOP_OUTCOMES or last.status in AUTH_STATUSES:
-            return last
-        return None
-
     # -- relaying --------------------------------------------------------------------------
 
     def route_for(self, path: str) -> tuple[Route, str] | None:
         for prefix, route in self.routes.items():
             if path == prefix or path.startswith(prefix + "/"):
-                return route, path[len(prefix):]
+                return route, path[len(prefix) :]
         return None
 
     def is_trial_token(self, headers: Any) -> bool:
@@ -256,8 +251,12 @@ def outcome_of_status(status: int | None, events: list[Any]) -> str:
     if status is None:
         return "connection_error"
     if 200 <= status < 300:
-        overloaded = any(isinstance(e, dict) and e.get("type") == "error"
-                         and "overloaded" in json.dumps(e.get("error")) for e in events)
+        overloaded = any(
+            isinstance(e, dict)
+            and e.get("type") == "error"
+            and "overloaded" in json.dumps(e.get("error"))
+            for e in events
+        )
         return "overloaded" if overloaded else "ok"  # Anthropic streams can fail mid-way
     if status == 429:
         return "rate_limited"
@@ -322,13 +321,15 @@ def _handler(proxy: ModelProxy) -> type[Handler]:
 
         def _forward(self, ex: _Exchange) -> None:
             url = urllib.parse.urlsplit(ex.route.upstream.rstrip("/") + ex.path)
-            conn_type = (http.client.HTTPSConnection if url.scheme == "https"
-                         else http.client.HTTPConnection)
+            conn_type = (
+                http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+            )
             conn = conn_type(url.netloc, timeout=UPSTREAM_TIMEOUT_S)
             target = url.path + (f"?{url.query}" if url.query else "")
             try:
-                conn.request(ex.method, target, body=ex.body or None,
-                             headers=self._upstream_headers(ex))
+                conn.request(
+                    ex.method, target, body=ex.body or None, headers=self._upstream_headers(ex)
+                )
                 answer = conn.getresponse()
                 ex.status = answer.status
                 ex.retry_after_s = _retry_after(answer.msg)
@@ -339,15 +340,19 @@ def _handler(proxy: ModelProxy) -> type[Handler]:
                 else:
                     data = answer.read()
                     ex.reader.finish(data)
-                    self.send_bytes(answer.status, data,
-                                    answer.getheader("Content-Type") or "application/json",
-                                    _passed_headers(answer))
+                    self.send_bytes(
+                        answer.status,
+                        data,
+                        answer.getheader("Content-Type") or "application/json",
+                        _passed_headers(answer),
+                    )
             finally:
                 conn.close()
 
         def _stream(self, ex: _Exchange, answer: http.client.HTTPResponse) -> None:
-            self.start_stream(answer.status, answer.getheader("Content-Type") or "",
-                              _passed_headers(answer))
+            self.start_stream(
+                answer.status, answer.getheader("Content-Type") or "", _passed_headers(answer)
+            )
             while chunk := answer.read1(CHUNK_BYTES):
                 if ex.reader.feed(chunk) and ex.first_token_s is None:
                     ex.first_token_s = time.monotonic() - ex.t0
@@ -356,8 +361,11 @@ def _handler(proxy: ModelProxy) -> type[Handler]:
             self.end_stream()
 
         def _upstream_headers(self, ex: _Exchange) -> dict[str, str]:
-            headers = {k: v for k, v in self.headers.items()
-                       if k.lower() not in HOP_HEADERS and k.lower() not in SECRET_HEADERS}
+            headers = {
+                k: v
+                for k, v in self.headers.items()
+                if k.lower() not in HOP_HEADERS and k.lower() not in SECRET_HEADERS
+            }
             headers["Accept-Encoding"] = "identity"  # the proxy reads usage from the answer
             key = ex.route.key.get_secret_value() if ex.route.key is not None else None
             if key and ex.route.provider == "anthropic" and self.headers.get("x-api-key"):
@@ -372,5 +380,8 @@ def _handler(proxy: ModelProxy) -> type[Handler]:
 def _passed_headers(answer: http.client.HTTPResponse) -> dict[str, str]:
     """Rate-limit and request-id headers reach the CLI, which reads them for its own retries."""
     keep = ("retry-after", "retry-after-ms", "request-id", "x-request-id")
-    return {k: v for k, v in answer.getheaders()
-            if k.lower() in keep or "ratelimit" in k.lower() or k.lower() == "x-should-retry"}
+    return {
+        k: v
+        for k, v in answer.getheaders()
+        if k.lower() in keep or "ratelimit" in k.lower() or k.lower() == "x-should-retry"
+    }

@@ -206,8 +206,9 @@ def anthropic_message(model: ScriptedModel, body: dict[str, Any]) -> dict[str, A
         content: list[dict[str, Any]] = [{"type": "text", "text": text}]
         stop = "end_turn"
     else:
-        content = [{"type": "tool_use", "id": model.new_id("toolu"), "name": turn[0],
-                    "input": turn[1]}]
+        content = [
+            {"type": "tool_use", "id": model.new_id("toolu"), "name": turn[0], "input": turn[1]}
+        ]
         stop = "tool_use"
     return {
         "id": model.new_id("msg"),
@@ -223,8 +224,12 @@ def anthropic_message(model: ScriptedModel, body: dict[str, Any]) -> dict[str, A
 
 def anthropic_events(message: dict[str, Any]) -> Iterator[bytes]:
     usage = message["usage"]
-    start = {**message, "content": [], "stop_reason": None,
-             "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 1}}
+    start = {
+        **message,
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 1},
+    }
     yield sse_event({"type": "message_start", "message": start}, "message_start")
     for index, block in enumerate(message["content"]):
         if block["type"] == "text":
@@ -233,14 +238,22 @@ def anthropic_events(message: dict[str, Any]) -> Iterator[bytes]:
         else:
             opening = {**block, "input": {}}
             delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-        yield sse_event({"type": "content_block_start", "index": index,
-                         "content_block": opening}, "content_block_start")
-        yield sse_event({"type": "content_block_delta", "index": index, "delta": delta},
-                        "content_block_delta")
+        yield sse_event(
+            {"type": "content_block_start", "index": index, "content_block": opening},
+            "content_block_start",
+        )
+        yield sse_event(
+            {"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta"
+        )
         yield sse_event({"type": "content_block_stop", "index": index}, "content_block_stop")
-    yield sse_event({"type": "message_delta",
-                     "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-                     "usage": {"output_tokens": usage["output_tokens"]}}, "message_delta")
+    yield sse_event(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+            "usage": {"output_tokens": usage["output_tokens"]},
+        },
+        "message_delta",
+    )
     yield sse_event({"type": "message_stop"}, "message_stop")
 
 
@@ -255,9 +268,13 @@ def chat_completion(model: ScriptedModel, body: dict[str, Any]) -> dict[str, Any
         message["content"] = FINAL_ANSWER if _shell_tool(body.get("tools") or []) else SIDE_ANSWER
         finish = "stop"
     else:
-        message["tool_calls"] = [{"id": model.new_id("call"), "type": "function",
-                                  "function": {"name": turn[0],
-                                               "arguments": json.dumps(turn[1])}}]
+        message["tool_calls"] = [
+            {
+                "id": model.new_id("call"),
+                "type": "function",
+                "function": {"name": turn[0], "arguments": json.dumps(turn[1])},
+            }
+        ]
         finish = "tool_calls"
     tokens_in, tokens_out = _tokens(body), _tokens(message)
     return {
@@ -266,8 +283,11 @@ def chat_completion(model: ScriptedModel, body: dict[str, Any]) -> dict[str, Any
         "created": 0,
         "model": body.get("model", "scripted"),
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": tokens_in, "completion_tokens": tokens_out,
-                  "total_tokens": tokens_in + tokens_out},
+        "usage": {
+            "prompt_tokens": tokens_in,
+            "completion_tokens": tokens_out,
+            "total_tokens": tokens_in + tokens_out,
+        },
     }
 
 
@@ -280,11 +300,11 @@ def chat_events(completion: dict[str, Any], include_usage: bool) -> Iterator[byt
     if message.get("content"):
         delta["content"] = message["content"]
     if message.get("tool_calls"):
-        delta["tool_calls"] = [{"index": i, **call}
-                               for i, call in enumerate(message["tool_calls"])]
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
     yield sse_event({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
-    yield sse_event({**base, "choices": [{"index": 0, "delta": {},
-                                          "finish_reason": choice["finish_reason"]}]})
+    yield sse_event(
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]}
+    )
     if include_usage:
         yield sse_event({**base, "choices": [], "usage": completion["usage"]})
     yield sse_event("[DONE]")
@@ -301,14 +321,21 @@ def response_object(model: ScriptedModel, body: dict[str, Any]) -> dict[str, Any
     if turn is None:
         text = FINAL_ANSWER if _shell_tool(tools) else SIDE_ANSWER
         output: dict[str, Any] = {
-            "type": "message", "id": model.new_id("msg"), "status": "completed",
+            "type": "message",
+            "id": model.new_id("msg"),
+            "status": "completed",
             "role": "assistant",
             "content": [{"type": "output_text", "text": text, "annotations": []}],
         }
     else:
-        output = {"type": "function_call", "id": model.new_id("fc"), "status": "completed",
-                  "call_id": model.new_id("call"), "name": turn[0],
-                  "arguments": json.dumps(turn[1])}
+        output = {
+            "type": "function_call",
+            "id": model.new_id("fc"),
+            "status": "completed",
+            "call_id": model.new_id("call"),
+            "name": turn[0],
+            "arguments": json.dumps(turn[1]),
+        }
     tokens_in, tokens_out = _tokens(body), _tokens(output)
     return {
         "id": model.new_id("resp"),
@@ -317,10 +344,13 @@ def response_object(model: ScriptedModel, body: dict[str, Any]) -> dict[str, Any
         "status": "completed",
         "model": body.get("model", "scripted"),
         "output": [output],
-        "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out,
-                  "total_tokens": tokens_in + tokens_out,
-                  "input_tokens_details": {"cached_tokens": 0},
-                  "output_tokens_details": {"reasoning_tokens": 0}},
+        "usage": {
+            "input_tokens": tokens_in,
+            "output_tokens": tokens_out,
+            "total_tokens": tokens_in + tokens_out,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
     }
 
 
@@ -339,21 +369,49 @@ def response_events(response: dict[str, Any]) -> Iterator[bytes]:
             opening = {**item, "status": "in_progress", "content": []}
             yield event("response.output_item.added", output_index=index, item=opening)
             part = {"type": "output_text", "text": "", "annotations": []}
-            yield event("response.content_part.added", item_id=item["id"], output_index=index,
-                        content_index=0, part=part)
-            yield event("response.output_text.delta", item_id=item["id"], output_index=index,
-                        content_index=0, delta=text)
-            yield event("response.output_text.done", item_id=item["id"], output_index=index,
-                        content_index=0, text=text)
-            yield event("response.content_part.done", item_id=item["id"], output_index=index,
-                        content_index=0, part={**part, "text": text})
+            yield event(
+                "response.content_part.added",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part=part,
+            )
+            yield event(
+                "response.output_text.delta",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                delta=text,
+            )
+            yield event(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=text,
+            )
+            yield event(
+                "response.content_part.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part={**part, "text": text},
+            )
         else:
             opening = {**item, "status": "in_progress", "arguments": ""}
             yield event("response.output_item.added", output_index=index, item=opening)
-            yield event("response.function_call_arguments.delta", item_id=item["id"],
-                        output_index=index, delta=item["arguments"])
-            yield event("response.function_call_arguments.done", item_id=item["id"],
-                        output_index=index, arguments=item["arguments"])
+            yield event(
+                "response.function_call_arguments.delta",
+                item_id=item["id"],
+                output_index=index,
+                delta=item["arguments"],
+            )
+            yield event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                arguments=item["arguments"],
+            )
         yield event("response.output_item.done", output_index=index, item=item)
     yield event("response.completed", response=response)
 
@@ -379,9 +437,14 @@ def make_handler(model: ScriptedModel) -> type[Handler]:
     class ScriptedHandler(Handler):
         def do_GET(self) -> None:  # http.server's name for it
             if self.path.rstrip("/").endswith("/models"):
-                entry = {"id": "scripted", "object": "model", "created": 0,
-                         "owned_by": "levelfield", "type": "model",
-                         "display_name": "scripted"}
+                entry = {
+                    "id": "scripted",
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "levelfield",
+                    "type": "model",
+                    "display_name": "scripted",
+                }
                 self.send_json(200, {"object": "list", "data": [entry], "has_more": False})
             else:
                 self.send_json(404, error_body(self.path, 404))

@@ -76,6 +76,8 @@ class Sandbox(Protocol):
 
     def collect_logs(self, dest: Path) -> None: ...  # /logs of the sandbox, kept with the trial
 
+    def network_namespace(self) -> Path | None: ...  # /proc/PID/ns/net, for the model proxy
+
     def close(self) -> None: ...
 
 

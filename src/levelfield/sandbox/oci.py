@@ -487,6 +487,12 @@ class OciSandbox:
             notes=tuple(self.notes),
         )
 
+    def network_namespace(self) -> Path | None:
+        """The container's namespace, through its init's pid; None when the engine is remote
+        (its processes are not this host's)."""
+        path = Path(f"/proc/{self.init_pid}/ns/net")
+        return path if self.init_pid and path.exists() else None
+
     def collect_logs(self, dest: Path) -> None:
         """Copy the container's /logs tree to `dest` (works on a stopped container too)."""
         import docker.errors

@@ -288,6 +288,10 @@ class ProcessSandbox:
             sandbox_alive=self.is_alive(),
         )
 
+    def network_namespace(self) -> Path | None:
+        """The init's namespace: the host's when the task has network, else its own."""
+        return Path(f"/proc/{self.init_pid}/ns/net")
+
     def collect_logs(self, dest: Path) -> None:
         source = self.workspace.binds[PurePosixPath("/logs")]
         if source.is_dir():
