@@ -383,6 +383,9 @@ def offline_bases(
 
 
 def _register_optional_commands() -> None:
+    from levelfield._cli_testing import register as register_testing
+
+    register_testing(app)
     try:
         from levelfield._cli_analysis import register
     except ImportError:

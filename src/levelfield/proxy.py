@@ -197,11 +197,17 @@ class ModelProxy:
 
     def attempt_of(self, body: bytes) -> int:
         """A request identical to a failed one just before it is that request's retry."""
-        digest = hashlib.sha256(body).hexdigest()
+        digest = _digest(body)
         with self._lock:
             if self._last is not None and self._last[0] == digest and not self._last[2]:
                 return self._last[1] + 1
         return 1
+
+    def remember(self, ex: _Exchange) -> None:
+        """Before the answer reaches the CLI, which may resend at once."""
+        ok = ex.status is not None and 200 <= ex.status < 300
+        with self._lock:
+            self._last = (_digest(ex.body), ex.attempt, ok)
 
     def record(self, ex: _Exchange) -> ApiCall:
         latency = time.monotonic() - ex.t0
@@ -222,7 +228,6 @@ class ModelProxy:
         )
         with self._lock:
             self.calls.append(call)
-            self._last = (hashlib.sha256(ex.body).hexdigest(), ex.attempt, call.outcome == "ok")
             self._tool_calls += [(c, latency) for c in ex.reader.calls]
         self._write_conversation(ex, call)
         return call
@@ -263,6 +268,14 @@ def outcome_of_status(status: int | None, events: list[Any]) -> str:
     if status == 529 or any("overloaded" in json.dumps(e) for e in events):
         return "overloaded"
     return "server_error" if status >= 500 else "client_error"
+
+
+def _digest(body: bytes) -> str:
+    """Of the JSON's content: a client may serialise the same request with its keys in another
+    order on each try (Codex does)."""
+    with contextlib.suppress(ValueError, UnicodeDecodeError):
+        body = json.dumps(json.loads(body), sort_keys=True).encode()
+    return hashlib.sha256(body).hexdigest()
 
 
 def _json_or_text(body: bytes) -> Any:
@@ -314,6 +327,7 @@ def _handler(proxy: ModelProxy) -> type[Handler]:
             except (OSError, http.client.HTTPException) as exc:
                 ex.error = f"{type(exc).__name__}: {exc}"
                 if ex.status is None:
+                    proxy.remember(ex)
                     with contextlib.suppress(OSError):
                         self.send_json(502, {"error": {"message": "upstream unreachable"}})
             finally:
@@ -332,6 +346,7 @@ def _handler(proxy: ModelProxy) -> type[Handler]:
                 )
                 answer = conn.getresponse()
                 ex.status = answer.status
+                proxy.remember(ex)
                 ex.retry_after_s = _retry_after(answer.msg)
                 streamed = "text/event-stream" in (answer.getheader("Content-Type") or "")
                 ex.reader = AnswerReader(streamed=streamed)

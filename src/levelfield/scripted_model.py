@@ -113,6 +113,8 @@ class ScriptedModel:
     """What the server answers with, and what it saw (for the tests' assertions)."""
 
     commands: list[str]
+    by_instruction: dict[str, list[str]] = field(default_factory=dict)  # several tasks at once
+    prelude: list[str] = field(default_factory=list)  # commands before every solution's
     failures: list[Failure] = field(default_factory=list)
     require_key: str | None = None  # answer 401 unless the request carries this key
     retry_after_s: float = 0.0  # told to a rate-limited client
@@ -125,6 +127,31 @@ class ScriptedModel:
     @classmethod
     def for_task(cls, task_dir: Path, **kwargs: Any) -> ScriptedModel:
         return cls(solution_commands((task_dir / "solution" / "solve.sh").read_text()), **kwargs)
+
+    @classmethod
+    def for_dataset(cls, dataset: Path, **kwargs: Any) -> ScriptedModel:
+        """Every task of a dataset (or one task): a conversation gets the solution of the task
+        whose instruction it holds, so one server drives trials of many tasks at once."""
+        dirs = [dataset] if (dataset / "task.toml").is_file() else sorted(dataset.iterdir())
+        solutions = {
+            _instruction_key((d / "instruction.md").read_text()): solution_commands(
+                (d / "solution" / "solve.sh").read_text()
+            )
+            for d in dirs
+            if (d / "solution" / "solve.sh").is_file() and (d / "instruction.md").is_file()
+        }
+        if not solutions:
+            raise ValueError(f"{dataset}: no task with instruction.md and solution/solve.sh")
+        return cls([], by_instruction=solutions, **kwargs)
+
+    def commands_for(self, body: dict[str, Any]) -> list[str]:
+        if not self.by_instruction:
+            return [*self.prelude, *self.commands]
+        text = "\n".join(_strings(body))
+        for key, commands in self.by_instruction.items():
+            if key in text:
+                return [*self.prelude, *commands]
+        return []
 
     def next_call(self, path: str, body: dict[str, Any], key: str) -> tuple[int, int | None]:
         """Count a call; return its number and the failure status it must get, if any."""
@@ -141,13 +168,34 @@ class ScriptedModel:
     def new_id(self, prefix: str) -> str:
         return f"{prefix}_{next(self._ids):06d}"
 
-    def turn(self, tools: list[dict[str, Any]], done_steps: int) -> tuple[str, Any] | None:
+    def turn(
+        self, body: dict[str, Any], tools: list[dict[str, Any]], done_steps: int
+    ) -> tuple[str, Any] | None:
         """The next tool call as (tool name, arguments), or None for the final answer."""
         tool = _shell_tool(tools)
-        if tool is None or done_steps >= len(self.commands):
+        commands = self.commands_for(body) if tool is not None else []
+        if tool is None or done_steps >= len(commands):
             return None
         name, schema = tool
-        return name, _arguments(schema, self.commands[done_steps])
+        return name, _arguments(schema, commands[done_steps])
+
+
+def _instruction_key(instruction: str) -> str:
+    """The instruction's first line of substance: enough to tell tasks apart, short enough to
+    survive a CLI wrapping the instruction in its own text."""
+    lines = [line.strip() for line in instruction.splitlines() if line.strip()]
+    return lines[0][:120] if lines else instruction
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
 
 
 def _shell_tool(tools: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
@@ -178,7 +226,7 @@ def _arguments(schema: dict[str, Any], command: str) -> dict[str, Any]:
         args["command"] = command
     if "description" in props:
         args["description"] = "Run the next step of the solution"
-    for name in ("timeout", "timeout_ms"):
+    for name in ("timeout", "timeout_ms", "yield_time_ms"):  # wait for the command to end
         if name in props:
             args[name] = COMMAND_TIMEOUT_MS
     return args
@@ -200,7 +248,7 @@ def anthropic_message(model: ScriptedModel, body: dict[str, Any]) -> dict[str, A
         for block in message["content"]
         if isinstance(block, dict) and block.get("type") == "tool_result"
     )
-    turn = model.turn(body.get("tools") or [], done)
+    turn = model.turn(body, body.get("tools") or [], done)
     if turn is None:
         text = FINAL_ANSWER if _shell_tool(body.get("tools") or []) else SIDE_ANSWER
         content: list[dict[str, Any]] = [{"type": "text", "text": text}]
@@ -262,7 +310,7 @@ def anthropic_events(message: dict[str, Any]) -> Iterator[bytes]:
 
 def chat_completion(model: ScriptedModel, body: dict[str, Any]) -> dict[str, Any]:
     done = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
-    turn = model.turn(body.get("tools") or [], done)
+    turn = model.turn(body, body.get("tools") or [], done)
     message: dict[str, Any] = {"role": "assistant", "content": None}
     if turn is None:
         message["content"] = FINAL_ANSWER if _shell_tool(body.get("tools") or []) else SIDE_ANSWER
@@ -317,7 +365,7 @@ def response_object(model: ScriptedModel, body: dict[str, Any]) -> dict[str, Any
     items = body.get("input") if isinstance(body.get("input"), list) else []
     done = sum(1 for item in items if str(item.get("type", "")).endswith("call_output"))
     tools = body.get("tools") or []
-    turn = model.turn(tools, done)
+    turn = model.turn(body, tools, done)
     if turn is None:
         text = FINAL_ANSWER if _shell_tool(tools) else SIDE_ANSWER
         output: dict[str, Any] = {
