@@ -43,11 +43,11 @@ TB2_TASKS = ("regex-log", "cancel-async-tasks")  # FROM ubuntu:24.04 and python:
 BUNDLED_TASK = "csv-totals"
 # Run by the agent first, as the model's own tool call: count the key (kept out of the command
 # as base64) in every process's environment and in the files the agent can write.
+ENVIRONS = "for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < \"$f\" 2>/dev/null; done"
 PROBE = (
     "k=$(printf %s {b64} | base64 -d); "
-    "for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < \"$f\" 2>/dev/null; done > /tmp/.e; "
-    'grep -cF "$k" /tmp/.e > /logs/agent/key-in-env.txt; '
-    "grep -c levelfield-trial- /tmp/.e > /logs/agent/token-in-env.txt; rm -f /tmp/.e; "
+    f'{ENVIRONS} | grep -cF "$k" > /logs/agent/key-in-env.txt; '
+    f"{ENVIRONS} | grep -c levelfield-trial- > /logs/agent/token-in-env.txt; "
     'grep -rlsF "$k" /app /root /tmp /logs /home /var/tmp > /logs/agent/key-in-files.txt; true'
 )
 

@@ -191,6 +191,7 @@ class ProcessSandbox:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(write_fd,),
+                env=BASE_ENV,  # not the harness's: its API keys would be in /proc/1/environ
             )
         os.close(write_fd)
         try:
