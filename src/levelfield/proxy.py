@@ -41,6 +41,7 @@ from levelfield.errors import SandboxStartError
 from levelfield.records import ApiCall
 
 CLONE_NEWNET = 0x40000000  # <sched.h>
+SETTLE_TIMEOUT_S = 30.0  # a relayed call still being written down when the agent ends
 UPSTREAM_TIMEOUT_S = 600.0  # one socket read: a long model answer streams within it
 CHUNK_BYTES = 64 << 10
 MASK = "***"
@@ -145,13 +146,33 @@ class ModelProxy:
         self.routes = {route.prefix: route for route in routes}
         self.token = new_token()
         self.conversation = conversation
-        self.calls: list[ApiCall] = []
+        self._calls: list[ApiCall] = []
+        self._in_flight = 0
+        self._settled = threading.Condition()
         self.refused = 0  # requests without the trial's token: never relayed
         self._tool_calls: list[tuple[ToolCall, float]] = []
         self._secrets = [r.key.get_secret_value() for r in routes if r.key is not None]
         self._lock = threading.Lock()
         self._servers: list[LoopbackServer] = []
         self._last: tuple[str, int, bool] | None = None  # body hash, attempt, ok
+
+    @property
+    def calls(self) -> list[ApiCall]:
+        """Every call so far, once those in flight are recorded: a CLI may exit the moment its
+        last answer arrives, before the relaying thread has written it down."""
+        with self._settled:
+            self._settled.wait_for(lambda: self._in_flight == 0, timeout=SETTLE_TIMEOUT_S)
+        with self._lock:
+            return list(self._calls)
+
+    def begin(self) -> None:
+        with self._settled:
+            self._in_flight += 1
+
+    def end(self) -> None:
+        with self._settled:
+            self._in_flight -= 1
+            self._settled.notify_all()
 
     def listen(self, netns: Path | None = None) -> int:
         """Serve on 127.0.0.1 in the sandbox's network namespace; returns the port there."""
@@ -227,7 +248,7 @@ class ModelProxy:
             retry_after_s=ex.retry_after_s,
         )
         with self._lock:
-            self.calls.append(call)
+            self._calls.append(call)
             self._tool_calls += [(c, latency) for c in ex.reader.calls]
         self._write_conversation(ex, call)
         return call
@@ -319,6 +340,13 @@ def _handler(proxy: ModelProxy) -> type[Handler]:
                 self.send_json(401, {"error": {"message": "not this trial's token"}})
                 return
             route, rest = found
+            proxy.begin()
+            try:
+                self._exchange(route, rest)
+            finally:
+                proxy.end()
+
+        def _exchange(self, route: Route, rest: str) -> None:
             body = self.read_body()
             ex = _Exchange(route, self.command, rest, body, datetime.now(UTC), time.monotonic())
             ex.attempt = proxy.attempt_of(body)
