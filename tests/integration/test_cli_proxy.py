@@ -39,7 +39,7 @@ PLANTED_KEY = "sk-levelfield-planted-proxy-6c2e91d4f0"
 KINDS = ("claude-code", "codex")
 MODEL = {"claude-code": "claude-sonnet-4-5", "codex": "gpt-5-codex"}  # classic shell tools
 KEY_ENV = {"claude-code": "ANTHROPIC_API_KEY", "codex": "OPENAI_API_KEY"}
-TB2_TASKS = ("regex-log", "cancel-async-tasks")  # FROM ubuntu:24.04 and python:3.13-slim
+TB2_TASKS = ("openssl-selfsigned-cert", "regex-log")  # FROM python:3.13-slim and ubuntu:24.04
 BUNDLED_TASK = "csv-totals"
 # Run by the agent first, as the model's own tool call: count the key (kept out of the command
 # as base64) in every process's environment and in the files the agent can write.
