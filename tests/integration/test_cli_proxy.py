@@ -18,6 +18,7 @@ import base64
 import json
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,9 @@ PROBE = (
     "k=$(printf %s {b64} | base64 -d); "
     f'{ENVIRONS} | grep -cF "$k" > /logs/agent/key-in-env.txt; '
     f"{ENVIRONS} | grep -c levelfield-trial- > /logs/agent/token-in-env.txt; "
-    'grep -rlsF "$k" /app /root /tmp /logs /home /var/tmp > /logs/agent/key-in-files.txt; true'
+    'grep -rlsF "$k" /app /root /tmp /logs /home /var/tmp > /logs/agent/key-in-files.txt; '
+    "{{ timeout 5 bash -c 'echo > /dev/tcp/127.0.0.1/{port}' && echo reachable "
+    "|| echo unreachable; }} > /logs/agent/upstream.txt 2>/dev/null; true"
 )
 
 
@@ -58,9 +61,18 @@ def prepared() -> dict[str, Any]:
     return {kind: prepared_tree(PRESETS[kind], None) for kind in KINDS}
 
 
-def _scripted(dataset: Path, **kwargs: Any) -> ScriptedModel:
-    probe = PROBE.format(b64=base64.b64encode(PLANTED_KEY.encode()).decode())
-    return ScriptedModel.for_dataset(dataset, require_key=PLANTED_KEY, prelude=[probe], **kwargs)
+@contextmanager
+def _scripted(dataset: Path, **kwargs: Any) -> Iterator[tuple[ScriptedModel, int]]:
+    """The scripted model on host loopback; its first tool call is the probe, which also tries
+    to reach the model's own port directly from the sandbox (only the proxy may)."""
+    model = ScriptedModel.for_dataset(dataset, require_key=PLANTED_KEY, **kwargs)
+    server = serve(model, 0)
+    b64 = base64.b64encode(PLANTED_KEY.encode()).decode()
+    model.prelude = [PROBE.format(b64=b64, port=server.port)]
+    try:
+        yield model, server.port
+    finally:
+        server.stop()
 
 
 def _dataset(tmp_path: Path, sources: list[Path], timeout_s: int | None = None) -> Path:
@@ -129,6 +141,7 @@ def _assert_solved_through_the_proxy(
     assert (agent_logs / "key-in-env.txt").read_text().strip() == "0"
     assert int((agent_logs / "token-in-env.txt").read_text().strip()) >= 1
     assert (agent_logs / "key-in-files.txt").read_text().strip() == ""
+    assert (agent_logs / "upstream.txt").read_text().strip() == "unreachable"
 
 
 def _nothing_written_holds_the_key(run_dir: Path) -> None:
@@ -144,14 +157,10 @@ def test_cli_agent_solves_a_bundled_task_on_process_without_network(
 ) -> None:
     require(missing_sandbox_prerequisites(), "a process sandbox")
     dataset = _dataset(tmp_path, [REPO / "examples" / "noise-suite" / BUNDLED_TASK], 300)
-    model = _scripted(dataset)
-    server = serve(model, 0)
-    try:
+    with _scripted(dataset) as (model, port):
         (record,) = _run(
-            dataset, tmp_path / "run", kind, _base_url(kind, server.port), policies=["uncapped"]
+            dataset, tmp_path / "run", kind, _base_url(kind, port), policies=["uncapped"]
         )
-    finally:
-        server.stop()
     _assert_solved_through_the_proxy(record, tmp_path / "run", dataset, kind)
     assert model.calls == len(record.api_calls)  # the proxy saw every call the model answered
     assert set(model.keys_seen) == {PLANTED_KEY}  # the proxy put the real key on each
@@ -171,22 +180,18 @@ def test_cli_agent_solves_tb2_tasks_on_oci(
     require(_engine_problems(), "an OCI engine")
     oci.build_offline_bases(log=lambda line: print(f"offline-bases: {line}"))
     dataset = _dataset(tmp_path, [TB2_SAMPLE / name for name in TB2_TASKS])
-    model = _scripted(dataset)
-    server = serve(model, 0)
-    try:
+    with _scripted(dataset) as (model, port):
         records = _run(
             dataset,
             tmp_path / "run",
             kind,
-            _base_url(kind, server.port),
+            _base_url(kind, port),
             mode=mode,
             policies=["headroom"],
             backend="oci",
             uv_shim=True,
             concurrency=2,
         )
-    finally:
-        server.stop()
     assert [r.task for r in records] == sorted(TB2_TASKS)
     for record in records:
         assert record.agent_setup is not None and record.agent_setup.mode == mode
@@ -204,21 +209,17 @@ def test_api_refusal_is_api_error_with_the_calls_as_evidence(
 ) -> None:
     require(missing_sandbox_prerequisites(), "a process sandbox")
     dataset = _dataset(tmp_path, [REPO / "examples" / "noise-suite" / BUNDLED_TASK], 300)
-    model = _scripted(dataset, failures=[Failure.parse(failure)])
-    server = serve(model, 0)
     # Claude Code's own policy is ten retries with backoff up to 32 s; two keep the test short.
     retries = {"CLAUDE_CODE_MAX_RETRIES": "2"}
-    try:
+    with _scripted(dataset, failures=[Failure.parse(failure)]) as (model, port):
         (record,) = _run(
             dataset,
             tmp_path / "run",
             kind,
-            _base_url(kind, server.port),
+            _base_url(kind, port),
             policies=["uncapped"],
             agent_env=retries,
         )
-    finally:
-        server.stop()
     status = int(failure[:3])
     assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.API_ERROR), (
         record.reason,
