@@ -165,6 +165,10 @@ class ModelProxy:
         with self._lock:
             return list(self._calls)
 
+    def note_refused(self) -> None:
+        with self._lock:
+            self.refused += 1
+
     def begin(self) -> None:
         with self._settled:
             self._in_flight += 1
@@ -315,109 +319,113 @@ def _retry_after(headers: http.client.HTTPMessage) -> float | None:
     return None
 
 
-def _handler(proxy: ModelProxy) -> type[Handler]:
-    class ProxyHandler(Handler):
-        def do_POST(self) -> None:  # http.server's names for them
-            self._relay()
+class _ProxyHandler(Handler):
+    """Relays one connection's requests for `proxy` (set on the subclass `_handler` makes)."""
 
-        def do_GET(self) -> None:
-            self._relay()
+    proxy: ModelProxy
 
-        def do_DELETE(self) -> None:
-            self._relay()
+    def do_POST(self) -> None:  # http.server's names for them
+        self._relay()
 
-        def _relay(self) -> None:
-            found = proxy.route_for(self.path)
-            if found is None:
-                self.send_json(404, {"error": {"message": "unknown API path at the proxy"}})
-                return
-            if self.headers.get("Upgrade"):  # a WebSocket transport: the CLI falls back to HTTP
-                self.send_json(426, {"error": {"message": "the proxy relays HTTP only"}})
-                return
-            if not proxy.is_trial_token(self.headers):
-                with proxy._lock:
-                    proxy.refused += 1
-                self.send_json(401, {"error": {"message": "not this trial's token"}})
-                return
-            route, rest = found
-            proxy.begin()
-            try:
-                self._exchange(route, rest)
-            finally:
-                proxy.end()
+    def do_GET(self) -> None:
+        self._relay()
 
-        def _exchange(self, route: Route, rest: str) -> None:
-            body = self.read_body()
-            ex = _Exchange(route, self.command, rest, body, datetime.now(UTC), time.monotonic())
-            ex.attempt = proxy.attempt_of(body)
-            try:
-                self._forward(ex)
-            except (OSError, http.client.HTTPException) as exc:
-                ex.error = f"{type(exc).__name__}: {exc}"
-                if ex.status is None:
-                    proxy.remember(ex)
-                    with contextlib.suppress(OSError):
-                        self.send_json(502, {"error": {"message": "upstream unreachable"}})
-            finally:
-                proxy.record(ex)
+    def do_DELETE(self) -> None:
+        self._relay()
 
-        def _forward(self, ex: _Exchange) -> None:
-            url = urllib.parse.urlsplit(ex.route.upstream.rstrip("/") + ex.path)
-            conn_type = (
-                http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+    def _relay(self) -> None:
+        found = self.proxy.route_for(self.path)
+        if found is None:
+            self.send_json(404, {"error": {"message": "unknown API path at the proxy"}})
+            return
+        if self.headers.get("Upgrade"):  # a WebSocket transport: the CLI falls back to HTTP
+            self.send_json(426, {"error": {"message": "the proxy relays HTTP only"}})
+            return
+        if not self.proxy.is_trial_token(self.headers):
+            self.proxy.note_refused()
+            self.send_json(401, {"error": {"message": "not this trial's token"}})
+            return
+        route, rest = found
+        self.proxy.begin()
+        try:
+            self._exchange(route, rest)
+        finally:
+            self.proxy.end()
+
+    def _exchange(self, route: Route, rest: str) -> None:
+        body = self.read_body()
+        ex = _Exchange(route, self.command, rest, body, datetime.now(UTC), time.monotonic())
+        ex.attempt = self.proxy.attempt_of(body)
+        try:
+            self._forward(ex)
+        except (OSError, http.client.HTTPException) as exc:
+            ex.error = f"{type(exc).__name__}: {exc}"
+            if ex.status is None:
+                self.proxy.remember(ex)
+                with contextlib.suppress(OSError):
+                    self.send_json(502, {"error": {"message": "upstream unreachable"}})
+        finally:
+            self.proxy.record(ex)
+
+    def _forward(self, ex: _Exchange) -> None:
+        url = urllib.parse.urlsplit(ex.route.upstream.rstrip("/") + ex.path)
+        conn_type = (
+            http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+        )
+        conn = conn_type(url.netloc, timeout=UPSTREAM_TIMEOUT_S)
+        target = url.path + (f"?{url.query}" if url.query else "")
+        try:
+            conn.request(
+                ex.method, target, body=ex.body or None, headers=self._upstream_headers(ex)
             )
-            conn = conn_type(url.netloc, timeout=UPSTREAM_TIMEOUT_S)
-            target = url.path + (f"?{url.query}" if url.query else "")
-            try:
-                conn.request(
-                    ex.method, target, body=ex.body or None, headers=self._upstream_headers(ex)
+            answer = conn.getresponse()
+            ex.status = answer.status
+            self.proxy.remember(ex)
+            ex.retry_after_s = _retry_after(answer.msg)
+            streamed = "text/event-stream" in (answer.getheader("Content-Type") or "")
+            ex.reader = AnswerReader(streamed=streamed)
+            if streamed:
+                self._stream(ex, answer)
+            else:
+                data = answer.read()
+                ex.reader.finish(data)
+                self.send_bytes(
+                    answer.status,
+                    data,
+                    answer.getheader("Content-Type") or "application/json",
+                    _passed_headers(answer),
                 )
-                answer = conn.getresponse()
-                ex.status = answer.status
-                proxy.remember(ex)
-                ex.retry_after_s = _retry_after(answer.msg)
-                streamed = "text/event-stream" in (answer.getheader("Content-Type") or "")
-                ex.reader = AnswerReader(streamed=streamed)
-                if streamed:
-                    self._stream(ex, answer)
-                else:
-                    data = answer.read()
-                    ex.reader.finish(data)
-                    self.send_bytes(
-                        answer.status,
-                        data,
-                        answer.getheader("Content-Type") or "application/json",
-                        _passed_headers(answer),
-                    )
-            finally:
-                conn.close()
+        finally:
+            conn.close()
 
-        def _stream(self, ex: _Exchange, answer: http.client.HTTPResponse) -> None:
-            self.start_stream(
-                answer.status, answer.getheader("Content-Type") or "", _passed_headers(answer)
-            )
-            while chunk := answer.read1(CHUNK_BYTES):
-                if ex.reader.feed(chunk) and ex.first_token_s is None:
-                    ex.first_token_s = time.monotonic() - ex.t0
-                self.write_chunk(chunk)
-            ex.reader.finish()
-            self.end_stream()
+    def _stream(self, ex: _Exchange, answer: http.client.HTTPResponse) -> None:
+        self.start_stream(
+            answer.status, answer.getheader("Content-Type") or "", _passed_headers(answer)
+        )
+        while chunk := answer.read1(CHUNK_BYTES):
+            if ex.reader.feed(chunk) and ex.first_token_s is None:
+                ex.first_token_s = time.monotonic() - ex.t0
+            self.write_chunk(chunk)
+        ex.reader.finish()
+        self.end_stream()
 
-        def _upstream_headers(self, ex: _Exchange) -> dict[str, str]:
-            headers = {
-                k: v
-                for k, v in self.headers.items()
-                if k.lower() not in HOP_HEADERS and k.lower() not in SECRET_HEADERS
-            }
-            headers["Accept-Encoding"] = "identity"  # the proxy reads usage from the answer
-            key = ex.route.key.get_secret_value() if ex.route.key is not None else None
-            if key and ex.route.provider == "anthropic" and self.headers.get("x-api-key"):
-                headers["x-api-key"] = key
-            elif key:
-                headers["Authorization"] = f"Bearer {key}"
-            return headers
+    def _upstream_headers(self, ex: _Exchange) -> dict[str, str]:
+        headers = {
+            k: v
+            for k, v in self.headers.items()
+            if k.lower() not in HOP_HEADERS and k.lower() not in SECRET_HEADERS
+        }
+        headers["Accept-Encoding"] = "identity"  # the proxy reads usage from the answer
+        key = ex.route.key.get_secret_value() if ex.route.key is not None else None
+        if key and ex.route.provider == "anthropic" and self.headers.get("x-api-key"):
+            headers["x-api-key"] = key
+        elif key:
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
 
-    return ProxyHandler
+
+def _handler(proxy: ModelProxy) -> type[Handler]:
+    return type("ProxyHandler", (_ProxyHandler,), {"proxy": proxy})
 
 
 def _passed_headers(answer: http.client.HTTPResponse) -> dict[str, str]:

@@ -412,54 +412,23 @@ def response_events(response: dict[str, Any]) -> Iterator[bytes]:
     yield event("response.created", response=pending)
     yield event("response.in_progress", response=pending)
     for index, item in enumerate(response["output"]):
+        where = {"item_id": item["id"], "output_index": index}
         if item["type"] == "message":
             text = item["content"][0]["text"]
             opening = {**item, "status": "in_progress", "content": []}
             yield event("response.output_item.added", output_index=index, item=opening)
             part = {"type": "output_text", "text": "", "annotations": []}
-            yield event(
-                "response.content_part.added",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                part=part,
-            )
-            yield event(
-                "response.output_text.delta",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                delta=text,
-            )
-            yield event(
-                "response.output_text.done",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                text=text,
-            )
-            yield event(
-                "response.content_part.done",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                part={**part, "text": text},
-            )
+            yield event("response.content_part.added", **where, content_index=0, part=part)
+            yield event("response.output_text.delta", **where, content_index=0, delta=text)
+            yield event("response.output_text.done", **where, content_index=0, text=text)
+            done_part = {**part, "text": text}
+            yield event("response.content_part.done", **where, content_index=0, part=done_part)
         else:
             opening = {**item, "status": "in_progress", "arguments": ""}
             yield event("response.output_item.added", output_index=index, item=opening)
-            yield event(
-                "response.function_call_arguments.delta",
-                item_id=item["id"],
-                output_index=index,
-                delta=item["arguments"],
-            )
-            yield event(
-                "response.function_call_arguments.done",
-                item_id=item["id"],
-                output_index=index,
-                arguments=item["arguments"],
-            )
+            arguments = item["arguments"]
+            yield event("response.function_call_arguments.delta", **where, delta=arguments)
+            yield event("response.function_call_arguments.done", **where, arguments=arguments)
         yield event("response.output_item.done", output_index=index, item=item)
     yield event("response.completed", response=response)
 
@@ -481,65 +450,71 @@ def _request_key(handler: Handler) -> str:
     return key or (bearer[7:] if bearer.lower().startswith("bearer ") else bearer)
 
 
+class _ScriptedHandler(Handler):
+    """Answers one connection's requests from `model` (set on the subclass `make_handler`
+    makes)."""
+
+    model: ScriptedModel
+
+    def do_GET(self) -> None:  # http.server's name for it
+        if self.path.rstrip("/").endswith("/models"):
+            entry = {
+                "id": "scripted",
+                "object": "model",
+                "created": 0,
+                "owned_by": "levelfield",
+                "type": "model",
+                "display_name": "scripted",
+            }
+            self.send_json(200, {"object": "list", "data": [entry], "has_more": False})
+        else:
+            self.send_json(404, error_body(self.path, 404))
+
+    def do_HEAD(self) -> None:
+        self.send_bytes(200, b"", "text/plain")
+
+    def do_POST(self) -> None:
+        try:
+            body = json.loads(self.read_body() or b"{}")
+        except (ValueError, UnicodeDecodeError):
+            self.send_json(400, error_body(self.path, 400))
+            return
+        _, status = self.model.next_call(self.path, body, _request_key(self))
+        if status is not None:
+            headers = {"retry-after": f"{self.model.retry_after_s:g}"} if status == 429 else {}
+            self.send_json(status, error_body(self.path, status), headers)
+            return
+        self._answer(self.path.split("?")[0], body)
+
+    def _answer(self, path: str, body: dict[str, Any]) -> None:
+        stream = bool(body.get("stream"))
+        if path.endswith("/messages/count_tokens"):
+            self.send_json(200, {"input_tokens": _tokens(body)})
+        elif path.endswith("/messages"):
+            message = anthropic_message(self.model, body)
+            self._send(message, anthropic_events(message) if stream else None)
+        elif path.endswith("/chat/completions"):
+            completion = chat_completion(self.model, body)
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            self._send(completion, chat_events(completion, usage) if stream else None)
+        elif path.endswith("/responses"):
+            response = response_object(self.model, body)
+            self._send(response, response_events(response) if stream else None)
+        else:
+            self.send_json(404, error_body(path, 404))
+
+    def _send(self, payload: dict[str, Any], events: Iterator[bytes] | None) -> None:
+        if events is None:
+            self.send_json(200, payload)
+            return
+        self.start_stream(200, "text/event-stream")
+        for chunk in events:
+            self.write_chunk(chunk)
+        self.end_stream()
+
+
 def make_handler(model: ScriptedModel) -> type[Handler]:
-    class ScriptedHandler(Handler):
-        def do_GET(self) -> None:  # http.server's name for it
-            if self.path.rstrip("/").endswith("/models"):
-                entry = {
-                    "id": "scripted",
-                    "object": "model",
-                    "created": 0,
-                    "owned_by": "levelfield",
-                    "type": "model",
-                    "display_name": "scripted",
-                }
-                self.send_json(200, {"object": "list", "data": [entry], "has_more": False})
-            else:
-                self.send_json(404, error_body(self.path, 404))
-
-        def do_HEAD(self) -> None:
-            self.send_bytes(200, b"", "text/plain")
-
-        def do_POST(self) -> None:
-            try:
-                body = json.loads(self.read_body() or b"{}")
-            except (ValueError, UnicodeDecodeError):
-                self.send_json(400, error_body(self.path, 400))
-                return
-            _, status = model.next_call(self.path, body, _request_key(self))
-            if status is not None:
-                headers = {"retry-after": f"{model.retry_after_s:g}"} if status == 429 else {}
-                self.send_json(status, error_body(self.path, status), headers)
-                return
-            self._answer(self.path.split("?")[0], body)
-
-        def _answer(self, path: str, body: dict[str, Any]) -> None:
-            stream = bool(body.get("stream"))
-            if path.endswith("/messages/count_tokens"):
-                self.send_json(200, {"input_tokens": _tokens(body)})
-            elif path.endswith("/messages"):
-                message = anthropic_message(model, body)
-                self._send(message, anthropic_events(message) if stream else None)
-            elif path.endswith("/chat/completions"):
-                completion = chat_completion(model, body)
-                usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                self._send(completion, chat_events(completion, usage) if stream else None)
-            elif path.endswith("/responses"):
-                response = response_object(model, body)
-                self._send(response, response_events(response) if stream else None)
-            else:
-                self.send_json(404, error_body(path, 404))
-
-        def _send(self, payload: dict[str, Any], events: Iterator[bytes] | None) -> None:
-            if events is None:
-                self.send_json(200, payload)
-                return
-            self.start_stream(200, "text/event-stream")
-            for chunk in events:
-                self.write_chunk(chunk)
-            self.end_stream()
-
-    return ScriptedHandler
+    return type("ScriptedHandler", (_ScriptedHandler,), {"model": model})
 
 
 def serve(model: ScriptedModel, port: int = 0) -> LoopbackServer:
