@@ -114,7 +114,7 @@ def run(
         str | None,
         typer.Option(
             help="Environment variable with the API key (default per agent: ANTHROPIC_API_KEY or "
-            "OPENAI_API_KEY). Keys reach only the agent; never stored."
+            "OPENAI_API_KEY). Keys reach only the agent; masked in everything the run writes."
         ),
     ] = None,
     api_key_file: Annotated[Path | None, typer.Option(help="File with the API key.")] = None,
@@ -135,6 +135,8 @@ def run(
     ray_address: Annotated[str | None, typer.Option(help=RAY_ADDRESS_HELP)] = None,
 ) -> None:
     """Run every task under each policy. Safe to interrupt: run the same command to resume."""
+    _choice(agent_install_mode, ("sandbox", "mounted"), "--agent-install-mode")
+    _choice(disclose_limits, ("off", "on", "both"), "--disclose-limits")
     agent_options = AgentOptions(
         model=model,
         base_url=base_url,
@@ -174,6 +176,11 @@ def run(
         else RunConfig.model_validate({k: v for k, v in options.items() if v is not None})
     )
     _execute(cfg)
+
+
+def _choice(value: str, allowed: tuple[str, ...], hint: str) -> None:
+    if value not in allowed:
+        raise typer.BadParameter(f"{value!r}: choose {', '.join(allowed)}", param_hint=hint)
 
 
 def _key_values(pairs: list[str]) -> dict[str, str]:
@@ -219,6 +226,7 @@ def sweep(
     disclose_limits: Annotated[str, typer.Option(help=DISCLOSE_HELP)] = "off",
 ) -> None:
     """Every agent under every policy, interleaved in a seeded order; then the report."""
+    _choice(disclose_limits, ("off", "on", "both"), "--disclose-limits")
     levels = [int(x) for x in concurrency_levels.split(",")] if concurrency_levels else None
     cfg = RunConfig(
         dataset=dataset,

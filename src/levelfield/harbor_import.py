@@ -35,7 +35,7 @@ REASON_OF_HARBOR_EXCEPTION = {
     "AddTestsDirError": Reason.SANDBOX_ERROR,
     "DownloadVerifierDirError": Reason.SANDBOX_ERROR,
     "EnvironmentStartTimeoutError": Reason.SANDBOX_ERROR,
-    "AgentSetupTimeoutError": Reason.SANDBOX_ERROR,  # the harness failed to install the agent
+    "AgentSetupTimeoutError": Reason.AGENT_SETUP_FAILED,  # the agent was never installed
 }
 # Provider SDK errors that survived Harbor's retries: the API failed, not the agent.
 _API_ERROR = re.compile(r"RateLimit|APIError|APIConnection|APIStatus|Overloaded|ServiceUnavailable")

@@ -11,13 +11,12 @@ ends; a trial directory that a killed run left is discarded by the resume before
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -54,16 +53,22 @@ class Masker:
         return raw
 
     def record(self, model: M) -> M:
-        """A stored model with every string field masked (through its JSON form)."""
+        """A stored model with every string value masked (field names are never touched, so a
+        secret that happens to equal one cannot break the record)."""
         if not self.values:
             return model
-        dumped = model.model_dump_json()
-        masked = dumped
-        for value in self._ordered():  # as the value appears inside a JSON string
-            masked = masked.replace(json.dumps(value)[1:-1], MASK)
-        if masked == dumped:
-            return model
-        return type(model).model_validate_json(masked)
+        dumped = model.model_dump(mode="json")
+        masked = self._walk(dumped)
+        return model if masked == dumped else type(model).model_validate(masked)
+
+    def _walk(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {k: self._walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._walk(v) for v in value]
+        return value
 
     def files(self, root: Path) -> int:
         """Rewrite every regular file under `root` that holds a secret; returns how many."""

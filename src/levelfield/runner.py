@@ -19,7 +19,7 @@ from pathlib import Path
 
 from levelfield.agents import Agent, AgentOptions, make_agent
 from levelfield.disclosure import DisclosedSandbox, disclosed_task
-from levelfield.masking import Masker, known_secrets
+from levelfield.masking import Masker, known_secrets, secret_values_of
 from levelfield.outcome import PhaseLog, classify, outcome_of, stopping_call
 from levelfield.plan import Trial
 from levelfield.policy import Limits
@@ -92,7 +92,8 @@ def run_trial(trial: Trial, backend: Backend, ctx: TrialContext) -> TrialRecord:
 def trial_secrets(options: AgentOptions) -> Masker:
     """Read where the trial runs (a Ray node too): secret values never travel with the trial."""
     key = options.api_key(options.api_key_env)
-    return known_secrets(key.get_secret_value() if key is not None else None)
+    extra = secret_values_of(options.agent_env)
+    return known_secrets(key.get_secret_value() if key is not None else None, *extra)
 
 
 def _record(

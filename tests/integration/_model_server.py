@@ -139,8 +139,12 @@ def unauthorized_server(port: int = 0, netns_pid: int | None = None) -> Iterator
         def log_message(self, *args: object) -> None:
             pass
 
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request: object, client_address: object) -> None:
+            pass  # a CLI dropping a connection it gave up on (Codex's WebSocket tries)
+
     with _in_netns(netns_pid):
-        server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        server = Server(("127.0.0.1", port), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

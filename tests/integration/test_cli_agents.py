@@ -40,7 +40,8 @@ PORT_IN_CONTAINER = 8401
 # The CLI's own retry policy is not under test: Claude Code retries a 401 ten times (~2.5 min).
 FEW_RETRIES = {"CLAUDE_CODE_MAX_RETRIES": "0"}
 QUICK_TEST = "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n"
-TB2_IMAGES = {"ubuntu": "regex-log", "python": "cancel-async-tasks"}  # FROM ubuntu:24.04, python:3.13
+# Terminal-Bench 2.0 tasks FROM ubuntu:24.04 and FROM python:3.13-slim-bookworm, neither with Node.
+TB2_IMAGES = {"ubuntu": "regex-log", "python": "cancel-async-tasks"}
 
 
 def _tb2_task(tmp_path: Path, name: str) -> Path:
@@ -87,7 +88,9 @@ def _options(mode: str, base_url: str) -> AgentOptions:
     )
 
 
-def _trial(task_root: Path, kind: str, run_dir: Path, backend: Any, options: AgentOptions) -> TrialRecord:
+def _trial(
+    task_root: Path, kind: str, run_dir: Path, backend: Any, options: AgentOptions
+) -> TrialRecord:
     (trial,) = plan_trials([load_task(task_root)], [kind], [POLICIES["strict"]])
     ctx = TrialContext(backend.options.run_id, run_dir, backend.name, agent_options=options)
     record = run_trial(trial, backend, ctx)
@@ -161,6 +164,12 @@ def test_cli_agent_starts_in_a_tb2_image_without_node_in_both_modes_on_oci(
     assert any(PLANTED_KEY in c for s in seen for c in s.credentials)  # the key reached the API
     assert PLANTED_KEY.encode() not in _everything_written(tmp_path / "run")
     sandbox, mounted = records["sandbox"], records["mounted"]
+    # Under the 1x ceiling (strict): the install is in the sandbox-mode trial's peak; a mounted
+    # trial's peak is the agent's run alone, below what the install alone took.
+    assert sandbox.agent_setup and sandbox.agent_setup.memory_peak_bytes
+    assert mounted.agent_setup and mounted.agent_setup.memory_peak_bytes is None
+    assert mounted.evidence.memory_peak_bytes is not None
+    assert mounted.evidence.memory_peak_bytes < sandbox.agent_setup.memory_peak_bytes
     print(
         f"{kind} on oci: setup {sandbox.telemetry.phase_s.get('agent_setup', 0):.1f} s in the "
         f"sandbox vs {mounted.telemetry.phase_s.get('agent_setup', 0):.2f} s mounted; peak "

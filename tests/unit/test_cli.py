@@ -44,6 +44,8 @@ def test_help_explains_the_verbs() -> None:
         assert verb in result.output
     run_help = runner.invoke(app, ["run", "--help"]).output
     assert "resume" in run_help and "headroom" in run_help
+    for option in ("--agent-version", "--agent-env", "CLI agent: sandbox", "--disclose-limits"):
+        assert option in run_help  # rich may shorten the longer option names
 
 
 def _levelfield(*args: str) -> subprocess.CompletedProcess[str]:
@@ -57,6 +59,10 @@ def test_bad_input_exits_2_with_a_message_not_a_traceback(make_task: MakeTask, t
     done = _levelfield("run", str(root.parent), "--out", str(tmp_path / "r"), "--policy", "huge")
     assert done.returncode == 2 and "unknown policy 'huge'" in done.stderr
     assert "Traceback" not in done.stderr
+    done = _levelfield(
+        "run", str(root.parent), "--out", str(tmp_path / "r"), "--agent-install-mode", "docker"
+    )
+    assert done.returncode == 2 and "choose sandbox, mounted" in done.stderr
     done = _levelfield("results", str(tmp_path / "nothing"))
     assert done.returncode == 1 and "no run here" in done.stderr
 

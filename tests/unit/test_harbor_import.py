@@ -55,12 +55,13 @@ def test_a_harbor_job_becomes_a_run_with_reasons_from_exception_types(tmp_path: 
     _trial(job, "c__1", "gamma", exception="RewardFileNotFoundError")
     _trial(job, "d__1", "delta", exception="RuntimeError", message="container exit code 137")
     _trial(job, "e__1", "eps", exception="RateLimitError")
+    _trial(job, "f__1", "zeta", exception="AgentSetupTimeoutError")
     (job / "result.json").write_text(json.dumps({"id": "job", "stats": {}}))  # the job's own
     (job / "broken").mkdir()
     (job / "broken" / "result.json").write_text("{")
 
     result = import_harbor_job(job, tmp_path / "run")
-    assert (result.imported, result.already_stored) == (6, 0)
+    assert (result.imported, result.already_stored) == (7, 0)
     with reading(tmp_path / "run") as store:
         records = {(r.task, r.repeat): r for r in store.records()}
     assert records[("alpha", 1)].outcome is Outcome.PASSED
@@ -69,9 +70,10 @@ def test_a_harbor_job_becomes_a_run_with_reasons_from_exception_types(tmp_path: 
     assert records[("gamma", 1)].outcome is Outcome.INFRA_ERROR
     assert records[("delta", 1)].reason is Reason.OOM_KILLED
     assert records[("eps", 1)].reason is Reason.API_ERROR
+    assert records[("zeta", 1)].reason is Reason.AGENT_SETUP_FAILED
     assert records[("alpha", 1)].agent == "terminus-2:gpt-x"
     assert records[("alpha", 1)].telemetry.phase_s == {} and records[("alpha", 1)].agent_phase
     assert "no kernel evidence" in records[("beta", 1)].evidence.notes[0]
 
     again = import_harbor_job(job, tmp_path / "run")
-    assert (again.imported, again.already_stored) == (0, 6)  # idempotent
+    assert (again.imported, again.already_stored) == (0, 7)  # idempotent

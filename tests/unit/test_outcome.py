@@ -2,7 +2,7 @@ import pytest
 
 from levelfield import errors
 from levelfield.outcome import OUTCOME_OF, PhaseLog, classify, outcome_of, reason_for_error
-from levelfield.records import Evidence, Outcome, PhaseResult, Reason
+from levelfield.records import AgentReport, AgentSetup, Evidence, Outcome, PhaseResult, Reason
 
 
 def test_every_reason_has_exactly_one_outcome() -> None:
@@ -55,3 +55,35 @@ def test_errors_are_looked_up_along_the_mro() -> None:
 def test_agent_timeout_is_the_agents_failure_verifier_timeout_is_not() -> None:
     assert outcome_of(Reason.AGENT_TIMEOUT) is Outcome.FAILED
     assert outcome_of(Reason.VERIFIER_TIMEOUT) is Outcome.INFRA_ERROR
+
+
+SETUP_FAILED = AgentSetup(mode="sandbox", phase=PhaseResult(exit_code=1, output_tail="E404"))
+SETUP_OK = AgentSetup(mode="sandbox", phase=PhaseResult(exit_code=0))
+API_FAILED = AgentReport(exit_code=1, api_failure=True, message="Invalid API key")
+
+
+@pytest.mark.parametrize(
+    ("log", "reason"),
+    [
+        (PhaseLog(setup=SETUP_FAILED), Reason.AGENT_SETUP_FAILED),
+        (PhaseLog(setup=SETUP_OK, reward=0.0), Reason.TESTS_FAILED),
+        (PhaseLog(setup=AgentSetup(mode="mounted"), reward=0.0), Reason.TESTS_FAILED),
+        (
+            PhaseLog(setup=AgentSetup(mode="sandbox", phase=PhaseResult(timed_out=True))),
+            Reason.AGENT_SETUP_FAILED,
+        ),
+        (PhaseLog(setup=SETUP_FAILED, evidence=Evidence(oom_kills=1)), Reason.OOM_KILLED),
+        (PhaseLog(error=errors.AgentSetupError("npm view failed")), Reason.AGENT_SETUP_FAILED),
+        (PhaseLog(reward=0.0, graded_nothing="ctrf.json missing"), Reason.VERIFIER_ERROR),
+        (PhaseLog(reward=1.0, graded_nothing="ctrf.json missing"), Reason.TESTS_PASSED),
+        (PhaseLog(reward=0.0, report=API_FAILED), Reason.API_ERROR),
+        (PhaseLog(reward=1.0, report=API_FAILED), Reason.TESTS_PASSED),
+        (PhaseLog(reward=0.0, report=AgentReport(exit_code=1)), Reason.TESTS_FAILED),
+    ],
+)
+def test_setup_grader_and_api_failures_are_not_the_agents(log: PhaseLog, reason: Reason) -> None:
+    """No trial whose agent never ran, or whose verifier graded nothing, is booked as failed;
+    kernel evidence still decides first (an OOM kill during the install is oom_killed)."""
+    assert classify(log) is reason
+    if reason not in (Reason.TESTS_PASSED, Reason.TESTS_FAILED):
+        assert outcome_of(reason) is Outcome.INFRA_ERROR

@@ -1,6 +1,6 @@
 from levelfield.plan import plan_trials, trial_key
 from levelfield.policy import PRESETS
-from levelfield.tasks import load_dataset
+from levelfield.tasks import load_dataset, load_task
 
 from ..conftest import MakeTask
 
@@ -45,3 +45,20 @@ def test_a_window_is_a_new_set_of_trials(make_task: MakeTask) -> None:
     day = plan_trials(tasks, ["oracle"], [PRESETS["strict"]], window="day")
     night = plan_trials(tasks, ["oracle"], [PRESETS["strict"]], window="night")
     assert not {t.key for t in day} & {t.key for t in night}
+
+
+def test_disclosing_limits_is_a_factor_that_keeps_old_keys(make_task: MakeTask) -> None:
+    from levelfield.disclosure import disclosure_env, disclosure_sentence
+
+    tasks = [load_task(make_task("a")), load_task(make_task("b"))]
+    plain = plan_trials(tasks, ["oracle"], [PRESETS["strict"]])
+    both = plan_trials(tasks, ["oracle"], [PRESETS["strict"]], disclosure_levels=(False, True))
+    assert {t.key for t in plain} < {t.key for t in both} and len(both) == 4
+    disclosed = [t for t in both if t.limits_disclosed]
+    assert len(disclosed) == 2
+    env = disclosure_env(disclosed[0].limits)
+    assert env["LEVELFIELD_MEMORY_CEILING_BYTES"] == str(64 << 20)
+    assert env["LEVELFIELD_CPU_CEILING"] == "1" and "LEVELFIELD_PIDS_MAX" in env
+    assert "64 MiB of memory" in disclosure_sentence(disclosed[0].limits)
+    uncapped = plan_trials(tasks[:1], ["oracle"], [PRESETS["uncapped"]], disclosure_levels=(True,))
+    assert "LEVELFIELD_MEMORY_CEILING_BYTES" not in disclosure_env(uncapped[0].limits)

@@ -36,6 +36,10 @@ class AgentRun:
 
 
 class Agent(Protocol):
+    """What the runner calls. A CLI agent also has `mounts()` (host trees to bind read-only
+    into the sandbox) and `setup(box, task, *, timeout_s, trial_dir) -> AgentSetup | None`,
+    its install phase; the runner calls them where present."""
+
     name: str
     needs_network: bool
 

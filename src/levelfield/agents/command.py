@@ -91,7 +91,7 @@ PRESETS = {
         package="@google/gemini-cli",
         # Without a selected auth type, a base URL makes it pick "gateway", which it then refuses.
         command="mkdir -p ~/.gemini && { [ -e ~/.gemini/settings.json ] || echo "
-        "'{\"security\":{\"auth\":{\"selectedType\":\"gemini-api-key\"}}}' "
+        '\'{"security":{"auth":{"selectedType":"gemini-api-key"}}}\' '
         "> ~/.gemini/settings.json; } && gemini --output-format json --yolo "
         + _WITH_MODEL % "-m"
         + ' -p "$LEVELFIELD_INSTRUCTION" </dev/null',
@@ -212,7 +212,12 @@ class CommandAgent:
 
     # -- agent_setup -------------------------------------------------------------------------
 
-    def setup(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentSetup:
+    def setup(
+        self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path
+    ) -> AgentSetup | None:
+        """None for a `command` agent with nothing to install."""
+        if self.preset is None and not self.install:
+            return None
         if self.is_mounted:
             assert self.preset is not None
             tree = prepared_tree(self.preset, self.options.agent_version)
@@ -269,7 +274,7 @@ class CommandAgent:
         assert self.preset is not None
         probe = box.exec(
             f"command -v npm >/dev/null && node -e 'process.exit(+process.versions.node"
-            f".split(\".\")[0] >= {self.preset.min_node} ? 0 : 1)' && node --version",
+            f'.split(".")[0] >= {self.preset.min_node} ? 0 : 1)\' && node --version',
             timeout_s=_left(deadline),
             env=env,
             log_path=log,

@@ -3,7 +3,8 @@
 Every estimator downstream works on counts: a task's K repeats under one configuration collapse to
 (trials, passed, infra errors), so a million trials cost one groupby and the statistics then touch a
 few thousand rows. A *configuration* is one value of each identity column present (`run`, `agent`,
-`policy`, `window`); `window` defaults to "default" so single-window runs need not carry it.
+`policy`, `window`, and `limits_disclosed` where a run varied it); `window` defaults to "default"
+so single-window runs need not carry it.
 
 The table may come from any harness: only `task, agent, policy, repeat, status` are required.
 """
@@ -17,7 +18,7 @@ import pandas as pd
 
 REQUIRED = ("task", "agent", "policy", "repeat", "status")
 STATUSES = frozenset({"passed", "failed", "infra_error"})
-IDENTITY = ("run", "agent", "policy", "window")
+IDENTITY = ("run", "agent", "policy", "window", "limits_disclosed")
 DEFAULT_WINDOW = "default"
 # Harness presets (DESIGN.md "policy"), used to order policies when no ceiling column says how.
 PRESET_RANK = {"strict": 0, "headroom": 1, "uncapped": 2}

@@ -33,8 +33,11 @@ def load_run(run_dir: Path) -> RunData:
 
 
 def trials_frame(records: list[TrialRecord]) -> pd.DataFrame:
-    rows = [_row(r) for r in _last_attempts(records)]
+    latest = _last_attempts(records)
+    rows = [_row(r) for r in latest]
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    if any(r.limits_disclosed for r in latest):  # a factor only in runs that varied it
+        frame["limits_disclosed"] = ["on" if r.limits_disclosed else "off" for r in latest]
     return frame.astype({"repeat": "int64"}) if not frame.empty else frame
 
 

@@ -1,0 +1,113 @@
+"""The CLI agents' own reports, read from output captured from the real CLIs against an endpoint
+answering 401 (Claude Code 2.1, Codex 0.171, Gemini CLI 0.61), and from a successful run's shape."""
+
+import json
+
+from levelfield.agents._cli_report import read_claude_code, read_codex, read_gemini_cli
+
+CLAUDE_401 = "\n".join(
+    [
+        json.dumps({"type": "system", "subtype": "init", "model": "claude-x"}),
+        json.dumps({"type": "system", "subtype": "api_retry", "error_status": 401}),
+        json.dumps(
+            {
+                "type": "result",
+                "subtype": "success",
+                "is_error": True,
+                "num_turns": 1,
+                "total_cost_usd": 0,
+                "api_error_status": 401,
+                "terminal_reason": "api_error",
+                "result": "Invalid API key · Fix external API key",
+            }
+        ),
+    ]
+)
+CLAUDE_OK = "\n".join(
+    [
+        "some stray line the CLI printed",
+        json.dumps(
+            {
+                "type": "assistant",
+                "message": {
+                    "content": [
+                        {"type": "text", "text": "Let me look."},
+                        {"type": "tool_use", "name": "Bash", "input": {"command": "ls /app"}},
+                    ]
+                },
+            }
+        ),
+        json.dumps(
+            {
+                "type": "result",
+                "subtype": "success",
+                "is_error": False,
+                "num_turns": 4,
+                "total_cost_usd": 0.0123,
+                "result": "Done.",
+            }
+        ),
+    ]
+)
+UNAUTHORIZED = "unexpected status 401 Unauthorized: invalid x-api-key"
+CODEX_401 = "\n".join(
+    [
+        "2026-12-03T07:53:21Z ERROR codex_models_manager: failed to refresh available models",
+        json.dumps({"type": "thread.started", "thread_id": "01a2"}),
+        json.dumps({"type": "turn.started"}),
+        json.dumps({"type": "error", "message": f"Reconnecting... 1/5 ({UNAUTHORIZED})"}),
+        json.dumps({"type": "turn.failed", "error": {"message": f"{UNAUTHORIZED}, url: x"}}),
+    ]
+)
+COMMAND = {"id": "i1", "type": "command_execution", "command": "echo 42 > a", "exit_code": 0}
+CODEX_OK = "\n".join(
+    [
+        json.dumps({"type": "thread.started", "thread_id": "01a2"}),
+        json.dumps({"type": "item.completed", "item": COMMAND}),
+        json.dumps({"type": "turn.completed", "usage": {"input_tokens": 10}}),
+    ]
+)
+GEMINI_401 = """YOLO mode is enabled. All tool calls will be automatically approved.
+{
+  "session_id": "2f28",
+  "error": {
+    "type": "Error",
+    "message": "{\\"type\\":\\"error\\",\\"error\\":{\\"message\\":\\"invalid x-api-key\\"}}",
+    "code": 401
+  }
+}
+"""
+GEMINI_CONFIG = '{\n  "error": {"message": "Invalid auth method selected.", "code": 41}\n}'
+
+
+def test_claude_code_api_failure_is_read_from_its_result_line() -> None:
+    reading = read_claude_code(CLAUDE_401, 1)
+    report = reading.report
+    assert report.api_failure and report.exit_code == 1 and report.turns == 1
+    assert report.status == "success (is_error)" and "Invalid API key" in (report.message or "")
+
+
+def test_claude_code_success_gives_turns_cost_and_its_commands() -> None:
+    reading = read_claude_code(CLAUDE_OK, 0)
+    assert not reading.report.api_failure
+    assert (reading.report.turns, reading.report.cost_usd) == (4, 0.0123)
+    assert [c["command"] for c in reading.commands] == ["ls /app"]
+
+
+def test_codex_api_failure_is_a_failed_turn_with_an_http_status() -> None:
+    reading = read_codex(CODEX_401, 1)
+    assert reading.report.api_failure and reading.report.status == "turn.failed"
+    assert "401" in (reading.report.message or "")
+
+
+def test_codex_success_gives_its_commands_with_exit_codes() -> None:
+    reading = read_codex(CODEX_OK, 0)
+    assert not reading.report.api_failure and reading.report.turns == 1
+    assert reading.commands == ({"command": "echo 42 > a", "delay_s": 0.0, "exit_code": 0},)
+
+
+def test_gemini_cli_http_status_is_an_api_failure_but_its_own_config_error_is_not() -> None:
+    assert read_gemini_cli(GEMINI_401, 1).report.api_failure
+    config = read_gemini_cli(GEMINI_CONFIG, 41).report
+    assert not config.api_failure and config.status == "error"
+    assert read_gemini_cli("no json at all", 1).report.status is None
