@@ -1,11 +1,11 @@
 """A CLI agent's model API, reached through the recording proxy (`levelfield.proxy`).
 
-Claude Code speaks the Anthropic Messages API, Codex the OpenAI Responses API, and a `command`
-agent may speak either: each gets the proxy in its base-URL variables and a per-trial dummy token
-in its key variables. The real key stays in the harness. The proxy listens on the loopback of the
-sandbox's own network namespace, so a mounted agent needs no network at all, and the task's
-network setting holds. Gemini CLI speaks Google's API, which the proxy does not relay: it is run
-as before, with its key in its environment.
+Claude Code speaks the Anthropic Messages API and Codex the OpenAI Responses API: each gets the
+proxy in its base-URL variable and a per-trial dummy token in its key variables. The real key
+stays in the harness. The proxy listens on the loopback of the sandbox's own network namespace,
+so a mounted agent needs no network at all, and the task's network setting holds. Gemini CLI
+speaks Google's API, which the proxy does not relay, and a `command` agent may speak anything:
+both are run as before, with the key in their environment (masked in everything the run writes).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from levelfield.sandbox import Sandbox
 PROVIDERS: dict[str, tuple[Provider, ...]] = {
     "claude-code": ("anthropic",),
     "codex": ("openai",),
-    "command": ("anthropic", "openai"),
 }
 BASE_URL_ENV: dict[Provider, str] = {
     "anthropic": "ANTHROPIC_BASE_URL",

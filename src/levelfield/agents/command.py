@@ -188,7 +188,7 @@ class CommandAgent:
     def key_envs(self) -> tuple[str, ...]:
         if self.preset is not None:
             return self.preset.key_envs
-        return (self.key_env,) if self.key_env else ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")
+        return (self.key_env,) if self.key_env else ()
 
     def environment(self, task: Task, proxy_env: dict[str, str] | None = None) -> dict[str, str]:
         """The sandbox's environment. A proxied agent's holds the proxy's URLs and dummy token
