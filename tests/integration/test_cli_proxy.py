@@ -201,8 +201,42 @@ def test_cli_agent_solves_tb2_tasks_on_oci(
     _nothing_written_holds_the_key(tmp_path / "run")
 
 
+@pytest.mark.oci
+@pytest.mark.parametrize("kind", KINDS)
+def test_cli_agent_reaches_the_proxy_from_a_container_without_network(
+    kind: str, tmp_path: Path, make_task: Any, prepared: dict[str, Any], scripted_key: None
+) -> None:
+    """allow_internet = false: the container has a loopback and nothing else, and the agent
+    still reaches its model, through the proxy's socket in the container's namespace."""
+    from .test_oci import _engine_problems
+
+    require(_engine_problems(), "an OCI engine")
+    root = make_task(
+        "offline",
+        solve="ls /sys/class/net > /app/interfaces.txt",
+        test='test "$(cat /app/interfaces.txt)" = lo',
+        memory_mb=512,
+        agent_timeout=300,
+    )
+    toml = root / "task.toml"
+    toml.write_text(
+        toml.read_text().replace("[environment]\n", "[environment]\nallow_internet = false\n")
+    )
+    with _scripted(root.parent) as (model, port):
+        (record,) = _run(
+            root.parent,
+            tmp_path / "run",
+            kind,
+            _base_url(kind, port),
+            policies=["uncapped"],
+            backend="oci",
+        )
+    _assert_solved_through_the_proxy(record, tmp_path / "run", root.parent, kind)
+    assert model.calls == len(record.api_calls)
+
+
 @pytest.mark.sandbox
-@pytest.mark.parametrize("failure", ["401@1+", "429@1+"])
+@pytest.mark.parametrize("failure", ["401@1+", "429@1+", "500@1+"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_api_refusal_is_api_error_with_the_calls_as_evidence(
     kind: str, failure: str, tmp_path: Path, prepared: dict[str, Any], scripted_key: None
@@ -229,7 +263,8 @@ def test_api_refusal_is_api_error_with_the_calls_as_evidence(
     calls = record.api_calls
     assert len(calls) == model.calls >= 1
     assert all(c.status == status for c in calls), calls
-    assert calls[-1].outcome == ("rate_limited" if status == 429 else "client_error")
+    expected = {401: "client_error", 429: "rate_limited", 500: "server_error"}[status]
+    assert calls[-1].outcome == expected
     if status == 429:
         assert max(c.attempt for c in calls) > 1  # the CLI retried; the proxy counted it
         assert all(c.retry_after_s == 0.0 for c in calls)
