@@ -228,3 +228,24 @@ def test_the_listener_is_on_the_loopback_of_the_sandboxs_namespace_only(
         holder.kill()
         holder.wait()
     assert model.calls == 1 and len(relay.calls) == 1
+
+
+def test_side_requests_get_answers_in_their_protocols_shape(
+    proxy: tuple[ModelProxy, dict[str, str]], model: ScriptedModel
+) -> None:
+    """A title or summary request offers no shell tool; token counting has its own endpoint."""
+    relay, urls = proxy
+    client = _anthropic(urls, relay.token)
+    hi = [{"role": "user", "content": "Write a 5-word title for this conversation."}]
+    title = client.messages.create(model="m", max_tokens=20, messages=hi)
+    assert title.stop_reason == "end_turn" and title.content[0].text
+    counted = client.messages.count_tokens(model="m", messages=hi)
+    assert counted.input_tokens > 0
+    summary = _openai(urls, relay.token).chat.completions.create(model="m", messages=hi)
+    assert summary.choices[0].finish_reason == "stop" and summary.choices[0].message.content
+    assert [c.endpoint for c in relay.calls] == [
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/chat/completions",
+    ]
+    assert relay.trajectory() == []  # no tool call, no step
