@@ -1,7 +1,7 @@
 """The recording proxy: every model call a CLI agent makes goes through levelfield.
 
-A CLI agent (Claude Code, Codex, any `command` agent) reaches its model API through this proxy,
-named by its base-URL variables (ANTHROPIC_BASE_URL, OPENAI_BASE_URL). The proxy runs in the
+A CLI agent (Claude Code, Codex) reaches its model API through this proxy, named by its base-URL
+variables (ANTHROPIC_BASE_URL; a provider of its own for Codex). The proxy runs in the
 harness, on the host, and its listening socket is made inside the sandbox's own network
 namespace, on the sandbox's loopback: a sandbox without network reaches the proxy and nothing
 else, and one with network gets no extra route to the host. The sandbox holds only a per-trial
