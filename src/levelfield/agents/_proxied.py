@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from levelfield.agents import AgentOptions
+from levelfield.errors import SandboxStartError
 from levelfield.proxy import OFFICIAL_BASE_URL, ModelProxy, Provider, Route
 from levelfield.sandbox import Sandbox
 
@@ -63,5 +64,11 @@ def proxied_api(
         Route(provider, options.base_url or OFFICIAL_BASE_URL[provider], key)
         for provider in PROVIDERS[kind]
     ]
+    netns = box.network_namespace()
+    if netns is None:
+        raise SandboxStartError(
+            "the model proxy needs the sandbox's network namespace on this host; a remote "
+            "container engine's containers are out of its reach"
+        )
     with ModelProxy(routes, conversation=trial_dir / CONVERSATION_FILE) as proxy:
-        yield ProxiedApi(proxy, proxy.listen(box.network_namespace()))
+        yield ProxiedApi(proxy, proxy.listen(netns))
