@@ -57,3 +57,16 @@ def test_only_a_mounted_proxied_agent_can_do_without_network(tmp_path: Path) -> 
     assert not needs("claude-code", "mounted") and not needs("codex", "mounted")
     assert needs("claude-code", "sandbox") and needs("codex", "sandbox")  # npm install
     assert needs("gemini-cli", "mounted")  # calls Google's API itself
+
+
+def test_scripted_model_command_refuses_a_bad_failure_plan_with_exit_2(make_task: Any) -> None:
+    from typer.testing import CliRunner
+
+    from levelfield.cli import app
+
+    runner = CliRunner()
+    dataset = make_task().parent
+    bad = runner.invoke(app, ["scripted-model", str(dataset), "--port", "0", "--fail", "429 on 3"])
+    assert bad.exit_code == 2 and "STATUS@CALL" in bad.output
+    empty = runner.invoke(app, ["scripted-model", str(dataset / "nothing-here"), "--port", "0"])
+    assert empty.exit_code == 2
