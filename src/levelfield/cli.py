@@ -435,6 +435,9 @@ def _register_optional_commands() -> None:
     from levelfield._cli_campaign import register as register_campaign
 
     register_campaign(app)
+    from levelfield._cli_testing import register as register_testing
+
+    register_testing(app)
     try:
         from levelfield._cli_analysis import register
     except ImportError:

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from levelfield.policy import Limits
 from levelfield.records import Evidence, PhaseResult
-from levelfield.sandbox import Sandbox, Usage
+from levelfield.sandbox import Observables, Sandbox, Usage
 from levelfield.tasks import Task
 
 PREFIX = "LEVELFIELD_"
@@ -81,6 +81,12 @@ class DisclosedSandbox:
 
     def evidence(self) -> Evidence:
         return self._box.evidence()
+
+    def network_namespace(self) -> Path | None:
+        return self._box.network_namespace()
+
+    def observables(self) -> Observables:
+        return self._box.observables()
 
     def collect_logs(self, dest: Path) -> None:
         self._box.collect_logs(dest)

@@ -78,6 +78,25 @@ class PhaseLog:
     graded_nothing: str | None = None  # why the verifier's reward stands on no test (verifier.py)
 
 
+# A call the agent ended on that is the API's doing: a refused key, rate limits or overload that
+# its retries did not get past, a server error, or no answer at all. Other 4xx (a malformed
+# request, a context too long) are the agent's own.
+API_STOP_OUTCOMES: Final = frozenset(
+    {"rate_limited", "overloaded", "server_error", "connection_error"}
+)
+AUTH_STATUSES: Final = frozenset({401, 403})
+
+
+def stopping_call(calls: tuple[ApiCall, ...] | list[ApiCall]) -> ApiCall | None:
+    """The failed call that stopped the agent: its last call, when no success came after it."""
+    last = calls[-1] if calls else None
+    if last is None or last.outcome == "ok":
+        return None
+    if last.outcome in API_STOP_OUTCOMES or last.status in AUTH_STATUSES:
+        return last
+    return None
+
+
 def reason_for_error(exc: BaseException) -> Reason:
     for cls in type(exc).__mro__:
         if cls in REASON_OF_ERROR:
@@ -105,8 +124,9 @@ def reason_from_evidence(evidence: Evidence | None) -> Reason | None:
 
 
 def classify(log: PhaseLog) -> Reason:
-    """Kernel evidence, then the harness's own errors, then a setup that failed, then timeouts,
-    then a grader that graded nothing or an API the agent reported failing, then the reward.
+    """Kernel evidence, then the harness's own errors, then a setup that failed, then a model
+    API that stopped the agent (its last call failed), then timeouts, then a grader that graded
+    nothing or an API the agent reported failing, then the reward.
 
     A ceiling hit only decides when the trial did not pass: an agent that ran into its pids
     ceiling once, recovered and passed the tests has passed.
@@ -119,6 +139,8 @@ def classify(log: PhaseLog) -> Reason:
         return reason_for_error(log.error)
     if log.setup is not None and log.setup.failed:
         return Reason.AGENT_SETUP_FAILED
+    if stopping_call(log.api_calls) is not None and not passed:
+        return Reason.API_ERROR  # also when the CLI then waited out its timeout in backoff
     if log.agent is not None and log.agent.timed_out and not passed:
         return Reason.AGENT_TIMEOUT
     if log.verifier is not None and log.verifier.timed_out:

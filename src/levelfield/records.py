@@ -162,7 +162,8 @@ class Telemetry(_Frozen):
 
 
 class ApiCall(_Frozen):
-    """One request to a model API, as the terminal agent made it (keys never recorded)."""
+    """One request to a model API, as the terminal agent made it or the proxy relayed it for a
+    CLI agent (keys never recorded)."""
 
     started_at: str = Field(description="UTC, ISO 8601.")
     latency_s: float
@@ -173,6 +174,12 @@ class ApiCall(_Frozen):
     ]
     tokens_in: int | None = None
     tokens_out: int | None = None
+    endpoint: str | None = Field(None, description="API path, e.g. /v1/messages.")
+    first_token_s: float | None = Field(
+        None, description="Time to the first content; the whole latency when not streamed."
+    )
+    streamed: bool = False
+    retry_after_s: float | None = Field(None, description="What a 429 or 529 asked to wait.")
 
 
 class ImageRecord(_Frozen):

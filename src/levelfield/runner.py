@@ -21,7 +21,7 @@ from levelfield.agents import Agent, AgentOptions, AgentRun, make_agent
 from levelfield.disclosure import DisclosedSandbox, disclosed_task
 from levelfield.masking import Masker, known_secrets, secret_values_of
 from levelfield.network import IndexProber
-from levelfield.outcome import PhaseLog, classify, outcome_of
+from levelfield.outcome import PhaseLog, classify, outcome_of, stopping_call
 from levelfield.plan import Trial
 from levelfield.policy import Limits
 from levelfield.records import AgentSetup, Evidence, HostContext, Telemetry, TrialRecord
@@ -219,6 +219,14 @@ def with_outcome_notes(evidence: Evidence | None, log: PhaseLog) -> Evidence | N
         notes.append(f"verifier graded nothing: {log.graded_nothing}")
     if log.report is not None and log.report.api_failure:
         notes.append(f"the agent reported an API failure: {log.report.message}")
+    stopped = stopping_call(log.api_calls)
+    if stopped is not None:
+        failed = sum(1 for call in log.api_calls if call.outcome != "ok")
+        notes.append(
+            f"the model API stopped the agent: its last call ({stopped.endpoint or 'API'}, "
+            f"attempt {stopped.attempt}) was answered {stopped.status or 'nothing'} "
+            f"({stopped.outcome}); {failed} of {len(log.api_calls)} calls failed"
+        )
     if evidence is None or not notes:
         return evidence
     return evidence.model_copy(update={"notes": (*evidence.notes, *notes)})

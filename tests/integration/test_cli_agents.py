@@ -149,15 +149,19 @@ def test_cli_agent_starts_in_a_tb2_image_without_node_in_both_modes_on_oci(
 ) -> None:
     monkeypatch.setenv(PRESETS[kind].key_envs[0], PLANTED_KEY)
     task = _tb2_task(tmp_path, TB2_IMAGES["ubuntu" if kind != "codex" else "python"])
-    base_url = f"http://127.0.0.1:{PORT_IN_CONTAINER}"
     records = {}
-    for mode in ("sandbox", "mounted"):
-        run_dir = tmp_path / "run" / mode
-        records[mode] = _trial(task, kind, run_dir, oci_backend, _options(mode, base_url))
-        _assert_started_and_api_failed(records[mode], mode, kind)
-    seen = oci_backend.seen
+    with unauthorized_server() as (host_url, on_host):
+        # Claude Code and Codex reach it through the proxy, from the harness, on the host;
+        # Gemini CLI calls its API itself, from inside the container.
+        proxied = kind in ("claude-code", "codex")
+        base_url = host_url if proxied else f"http://127.0.0.1:{PORT_IN_CONTAINER}"
+        for mode in ("sandbox", "mounted"):
+            run_dir = tmp_path / "run" / mode
+            records[mode] = _trial(task, kind, run_dir, oci_backend, _options(mode, base_url))
+            _assert_started_and_api_failed(records[mode], mode, kind)
+    seen = [on_host] if proxied else oci_backend.seen
     assert all(s.paths for s in seen), [s.paths for s in seen]  # each run reached the endpoint
-    assert any(PLANTED_KEY in c for s in seen for c in s.credentials)  # the key reached the CLI
+    assert any(PLANTED_KEY in c for s in seen for c in s.credentials)  # the key reached the API
     assert PLANTED_KEY.encode() not in _everything_written(tmp_path / "run")
     sandbox, mounted = records["sandbox"], records["mounted"]
     # Under the 1x ceiling (strict): the install is in the sandbox-mode trial's peak; a mounted
@@ -195,7 +199,7 @@ def test_cli_agent_starts_on_the_process_backend_in_both_modes(
                     assert record.agent_setup.phase.exit_code == 0, record.agent_setup
                 assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.API_ERROR)
                 assert record.agent_report is not None and record.agent_report.api_failure
-        assert seen.paths and any(PLANTED_KEY in c for c in seen.credentials)
+        assert seen.paths and any(PLANTED_KEY in c for c in seen.credentials)  # via the proxy
     finally:
         backend.reap(run_id)
     assert PLANTED_KEY.encode() not in _everything_written(tmp_path / "run")

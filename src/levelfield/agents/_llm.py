@@ -68,6 +68,10 @@ class ChatClient:
                 f"pip install 'levelfield[agents]'"
             ) from exc
 
+    @property
+    def endpoint(self) -> str:
+        return "/v1/messages" if self.provider == "anthropic" else "/chat/completions"
+
     def complete(self, system: str, messages: list[dict[str, str]], *, deadline: float) -> Reply:
         for attempt in range(1, self.retry.attempts + 1):
             started, t0 = datetime.now(UTC), time.monotonic()
@@ -75,7 +79,7 @@ class ChatClient:
                 reply = self._request(system, messages, timeout_s=max(1.0, deadline - t0))
             except Exception as exc:
                 outcome, status = classify_api_error(exc)
-                self.calls.append(_call(started, t0, attempt, status, outcome))
+                self.calls.append(_call(started, t0, attempt, status, outcome, None, self.endpoint))
                 retryable = outcome != "client_error"
                 wait = self.retry.backoff_s(attempt)
                 if not retryable or attempt == self.retry.attempts or t0 + wait > deadline:
@@ -86,7 +90,7 @@ class ChatClient:
                     ) from None
                 time.sleep(wait)
                 continue
-            self.calls.append(_call(started, t0, attempt, 200, "ok", reply))
+            self.calls.append(_call(started, t0, attempt, 200, "ok", reply, self.endpoint))
             return reply
         raise AssertionError("unreachable")
 
@@ -149,15 +153,19 @@ def _call(
     status: int | None,
     outcome: str,
     reply: Reply | None = None,
+    endpoint: str | None = None,
 ) -> ApiCall:
+    latency = round(time.monotonic() - t0, 4)
     return ApiCall(
         started_at=started.isoformat(timespec="milliseconds"),
-        latency_s=round(time.monotonic() - t0, 4),
+        latency_s=latency,
         attempt=attempt,
         status=status,
         outcome=outcome,  # type: ignore[arg-type]
         tokens_in=reply.tokens_in if reply else None,
         tokens_out=reply.tokens_out if reply else None,
+        endpoint=endpoint,
+        first_token_s=latency if reply else None,  # not streamed: the answer comes whole
     )
 
 

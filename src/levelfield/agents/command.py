@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from levelfield.agents import AgentOptions, AgentRun, _cli_report, _prepare, agent_name
+from levelfield.agents._proxied import is_proxied, proxied_api
 from levelfield.errors import RunConfigError
 from levelfield.records import AgentReport, AgentSetup, PhaseResult
 from levelfield.sandbox import ReadOnlyMount, Sandbox
@@ -71,11 +72,14 @@ PRESETS = {
     ),
     "codex": Preset(
         package="@openai/codex",
+        # The proxy is a provider of its own: HTTP only (no WebSocket transport to fall back
+        # from), its key read from OPENAI_API_KEY.
         command="codex exec --json --skip-git-repo-check "
         "--dangerously-bypass-approvals-and-sandbox "  # the trial's sandbox is the sandbox
-        + _WITH_MODEL
-        % "-m"
-        + ' ${LEVELFIELD_BASE_URL:+-c openai_base_url="$LEVELFIELD_BASE_URL"}'
+        + _WITH_MODEL % "-m"
+        + " -c model_provider=levelfield -c 'model_providers.levelfield={name=\"levelfield\", "
+        'base_url="\'"$LEVELFIELD_BASE_URL"\'", env_key="OPENAI_API_KEY", '
+        "wire_api=\"responses\", supports_websockets=false}'"
         ' "$LEVELFIELD_INSTRUCTION" </dev/null',
         version_cmd="codex --version",
         key_envs=("OPENAI_API_KEY", "CODEX_API_KEY"),
@@ -162,7 +166,13 @@ class CommandAgent:
     preset: Preset | None
     kind: str
     options: AgentOptions
-    needs_network: bool = True  # to reach its model's API and its package registry
+
+    @property
+    def needs_network(self) -> bool:
+        """An install in the sandbox needs its package registry; the model API is reached
+        through the proxy on the sandbox's own loopback, so a mounted, proxied agent needs no
+        network and the task's setting holds. Gemini CLI calls its API directly."""
+        return not (self.is_mounted and is_proxied(self.kind))
 
     @property
     def is_mounted(self) -> bool:
@@ -175,7 +185,14 @@ class CommandAgent:
         tree = prepared_tree(self.preset, self.options.agent_version)
         return (ReadOnlyMount(tree.path, _prepare.TREE_IN_SANDBOX),)
 
-    def environment(self, task: Task) -> dict[str, str]:
+    def key_envs(self) -> tuple[str, ...]:
+        if self.preset is not None:
+            return self.preset.key_envs
+        return (self.key_env,) if self.key_env else ()
+
+    def environment(self, task: Task, proxy_env: dict[str, str] | None = None) -> dict[str, str]:
+        """The sandbox's environment. A proxied agent's holds the proxy's URLs and dummy token
+        (`proxy_env`, in its run) and never the key; its setup gets neither."""
         path = LOCAL_ENV["PATH"]
         if self.is_mounted:
             path = f"{_prepare.TREE_IN_SANDBOX}/bin:{path}"
@@ -188,6 +205,9 @@ class CommandAgent:
             **dict(self.preset.quiet_env if self.preset else ()),
             **self.options.agent_env,
         }
+        if is_proxied(self.kind):
+            model = {"LEVELFIELD_MODEL": self.options.model} if self.options.model else {}
+            return {**env, **model, **(proxy_env or {})}
         return {**env, **api_environment(self.preset, self.key_env, self.options)}
 
     # -- agent_setup -------------------------------------------------------------------------
@@ -279,7 +299,18 @@ class CommandAgent:
         instruction = trial_dir / "instruction.md"
         instruction.write_text(task.instruction)
         box.copy_in(instruction, INSTRUCTION_PATH)
-        env, log = self.environment(task), trial_dir / "agent.log"
+        if not is_proxied(self.kind):
+            return self._run(box, task, self.environment(task), timeout_s, trial_dir)
+        with proxied_api(self.kind, self.options, self.key_env, box, trial_dir) as api:
+            env = self.environment(task, api.environment(self.key_envs()))
+            run = self._run(box, task, env, timeout_s, trial_dir)
+        steps = tuple(api.proxy.trajectory()) or run.steps  # the tool calls, as the proxy saw them
+        return replace(run, steps=steps, api_calls=tuple(api.proxy.calls))
+
+    def _run(
+        self, box: Sandbox, task: Task, env: dict[str, str], timeout_s: float, trial_dir: Path
+    ) -> AgentRun:
+        log = trial_dir / "agent.log"
         offset = log.stat().st_size if log.exists() else 0
         phase = box.exec(self.command, timeout_s=timeout_s, env=env, log_path=log)
         launch = {

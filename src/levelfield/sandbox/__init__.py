@@ -88,6 +88,7 @@ class Sandbox(Protocol):
     def collect_logs(self, dest: Path) -> None: ...  # /logs of the sandbox, kept with the trial
 
     def observables(self) -> Observables: ...  # for the network meter and the health readings
+    def network_namespace(self) -> Path | None: ...  # /proc/PID/ns/net, for the model proxy
 
     def close(self) -> None: ...
 

@@ -187,6 +187,12 @@ class OciSandbox:
             notes=tuple(self.notes),
         )
 
+    def network_namespace(self) -> Path | None:
+        """The container's namespace, through its init's pid; None when the engine is remote
+        (its processes are not this host's)."""
+        path = Path(f"/proc/{self.init_pid}/ns/net")
+        return path if self.init_pid and path.exists() else None
+
     def observables(self) -> Observables:
         """The container's init shares its network namespace: its net/dev is the trial's. Only
         when its pid is this host's (the cgroup was found): a remote engine's pid is not."""

@@ -206,6 +206,7 @@ class ProcessSandbox:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(write_fd,),
+                env=BASE_ENV,  # not the harness's: its API keys would be in /proc/1/environ
             )
         os.close(write_fd)
         try:
@@ -304,6 +305,11 @@ class ProcessSandbox:
             storage_full=self._storage_full,
             sandbox_alive=self.is_alive(),
         )
+
+    def network_namespace(self) -> Path | None:
+        """The init's namespace: the trial's own, joined to the host by a veth pair when the
+        task has network (_netns.py), else holding only loopback."""
+        return Path(f"/proc/{self.init_pid}/ns/net")
 
     def collect_logs(self, dest: Path) -> None:
         source = self.workspace.binds[PurePosixPath("/logs")]
