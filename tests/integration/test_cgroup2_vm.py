@@ -22,7 +22,7 @@ from ..conftest import REPO, require
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 VM_SCRIPT = REPO / "scripts" / "vm_cgroup2.sh"
-VM_TIMEOUT_S = 1800  # measured ~6 min on a 2-core host; emulation is slow, a stuck boot is not
+VM_TIMEOUT_S = 1800  # measured 2-8 min on a 2-core host by its load; a stuck boot hangs
 
 
 def test_cgroup2_selection_passes_inside_the_vm() -> None:

@@ -50,8 +50,8 @@ def test_kill_9_mid_run_then_resume_runs_every_trial_exactly_once(
     harness = subprocess.Popen(
         _command(root.parent, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + 60
-    while stored_count(out) < 3 and time.monotonic() < deadline:
+    # No deadline: under emulation (the cgroup v2 VM) the harness's start alone takes ~30 s.
+    while stored_count(out) < 3 and harness.poll() is None:
         time.sleep(0.1)
     assert stored_count(out) >= 3, "the harness never stored a trial"
     os.kill(harness.pid, signal.SIGKILL)
@@ -60,8 +60,8 @@ def test_kill_9_mid_run_then_resume_runs_every_trial_exactly_once(
     assert interrupted < 12, "the run finished before it could be killed"
 
     resumed = subprocess.run(
-        _command(root.parent, out), capture_output=True, text=True, timeout=180
-    )
+        _command(root.parent, out), capture_output=True, text=True, timeout=900
+    )  # a guard against a hang, not a measure: emulated trials are ~30x slower
     assert resumed.returncode == 0, resumed.stderr
     assert f"{12 - interrupted} trials to run ({interrupted} already stored)" in resumed.stderr
     with reading(out) as store:

@@ -103,3 +103,14 @@ def test_memory_low_is_void_below_an_unprotected_ancestor(
     own = _levels(tmp_path, lows)
     mounts = f"cgroup2 {tmp_path} cgroup2 {options} 0 0\n"
     assert _cgroup.unprotected_ancestor(own, mounts) == (tmp_path / gap if gap else None)
+
+
+@pytest.mark.parametrize("own", ["/a.scope", "/a.scope/levelfield-harness"])
+def test_v2_base_is_the_delegated_cgroup_even_from_the_harness_leaf(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own: str
+) -> None:
+    """A run started after another moved the scope's processes one down must find the same base."""
+    monkeypatch.setattr(_cgroup, "CGROUP_ROOT", tmp_path)
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    host = _cgroup.detect(f"0::{own}\n", "")
+    assert (host.version, host.bases) == (2, {"unified": tmp_path / "a.scope"})
