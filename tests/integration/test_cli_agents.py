@@ -187,11 +187,20 @@ def test_cli_agent_starts_on_the_process_backend_in_both_modes(
     task = _tb2_task(tmp_path, TB2_IMAGES["ubuntu"])
     run_id = f"t{os.getpid()}-{tmp_path.name[-12:]}"
     backend = get_backend("process", BackendOptions(run_id, tmp_path / "run"))
+    # Claude Code and Codex reach the endpoint through the proxy, from the harness; Gemini CLI
+    # calls its API itself, from the trial's own network namespace, so it is served there.
+    proxied = kind in ("claude-code", "codex")
     try:
-        with unauthorized_server() as (base_url, seen):
+        with ExitStack() as stack, unauthorized_server() as (host_url, on_host):
+            served = _ServedBackend(backend, stack)
+            base_url = host_url if proxied else f"http://127.0.0.1:{PORT_IN_CONTAINER}"
             for mode in ("sandbox", "mounted"):
                 record = _trial(
-                    task, kind, tmp_path / "run" / mode, backend, _options(mode, base_url)
+                    task,
+                    kind,
+                    tmp_path / "run" / mode,
+                    backend if proxied else served,
+                    _options(mode, base_url),
                 )
                 assert record.agent_setup is not None
                 if mode == "sandbox":  # the host's Node.js may be new enough: no tarball then
@@ -199,7 +208,10 @@ def test_cli_agent_starts_on_the_process_backend_in_both_modes(
                     assert record.agent_setup.phase.exit_code == 0, record.agent_setup
                 assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.API_ERROR)
                 assert record.agent_report is not None and record.agent_report.api_failure
-        assert seen.paths and any(PLANTED_KEY in c for c in seen.credentials)  # via the proxy
+        seen = [on_host] if proxied else served.seen
+        assert all(s.paths for s in seen) and any(
+            PLANTED_KEY in c for s in seen for c in s.credentials
+        )
     finally:
         backend.reap(run_id)
     assert PLANTED_KEY.encode() not in _everything_written(tmp_path / "run")

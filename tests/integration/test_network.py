@@ -30,10 +30,10 @@ from levelfield.sandbox._netns import NAME_PREFIX, NETNS_DIR, namespace_name
 from levelfield.store import reading
 from levelfield.tasks import load_task
 
-from ..conftest import MakeTask
+from ..conftest import MakeTask, require
 from ._helpers import leftovers
 from ._package_index import PackageIndex, package_index
-from .test_oci import stand_ins  # noqa: F401 (the offline bases, built or found cached)
+from .test_oci import ENGINES, _engine_problems
 
 SIZE = 3 << 20  # 3 MiB
 RATE = 6 << 20  # sent at 6 MiB/s: the download lasts ~0.5 s, ten network samples
@@ -144,8 +144,19 @@ def test_index_probe_times_the_file_from_the_configured_index(index: PackageInde
     assert missing.error is not None and missing.throughput_bps is None
 
 
+@pytest.fixture
+def podman_bases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Podman's bridge gives the container a namespace of its own, so its counters are the
+    trial's; Docker without iptables shares the host's network, whose counters are everyone's."""
+    from levelfield.sandbox import oci
+
+    require(_engine_problems(ENGINES["podman"], "podman"), "the podman engine")
+    monkeypatch.setenv("DOCKER_HOST", ENGINES["podman"])
+    oci.build_offline_bases(log=lambda line: print(f"offline-bases: {line}"))
+
+
 @pytest.mark.oci
-@pytest.mark.usefixtures("stand_ins")
+@pytest.mark.usefixtures("podman_bases")
 def test_oci_trial_download_is_counted_from_the_container_counters(
     make_task: MakeTask, index: PackageIndex, tmp_path: Path
 ) -> None:
