@@ -27,7 +27,7 @@ from typing import Any
 from levelfield.errors import SandboxStartError
 from levelfield.records import ImageRecord
 from levelfield.sandbox import _output
-from levelfield.sandbox._pull import ImageMode, PullCache
+from levelfield.sandbox._pull import ImageMode, PullCache, inspect_image
 from levelfield.tasks import Task
 
 IMAGE_REPOSITORY = "levelfield"  # tags read levelfield/<task>:<context hash>
@@ -121,7 +121,7 @@ def ensure_image(
             raise
         built = _built(client, task, images_dir, network)
         return dataclasses.replace(built, note=f"built: {exc}")
-    found = _inspect(client, prebuilt.image_id) or {}
+    found = inspect_image(client, prebuilt.image_id) or {}
     labels = (found.get("Config") or {}).get("Labels") or {}
     return BuiltImage(
         prebuilt.name,
@@ -143,32 +143,19 @@ def _built(client: Any, task: Task, images_dir: Path, network: str | None) -> Bu
     images_dir.mkdir(parents=True, exist_ok=True)
     log_path = images_dir / f"{tag.replace('/', '_').replace(':', '_')}.log"
     with _build_lock(log_path.with_suffix(".lock")):
-        found = _inspect(client, tag)
+        found = inspect_image(client, tag)
         cached = found is not None
         if found is None:
             _build(client, task, tag, log_path, network)
-            found = _inspect(client, tag)
+            found = inspect_image(client, tag)
             if found is None:
                 raise SandboxStartError(f"build of {tag} reported success but left no image")
     labels = (found.get("Config") or {}).get("Labels") or {}
     return BuiltImage(tag, found["Id"], cached, log_path, labels.get(LABEL_STAND_IN))
 
 
-def _inspect(client: Any, name: str) -> dict[str, Any] | None:
-    import docker.errors
-
-    try:
-        return client.api.inspect_image(name)  # type: ignore[no-any-return]
-    except docker.errors.ImageNotFound:
-        return None
-    except docker.errors.APIError as exc:
-        if getattr(exc, "status_code", None) == 404:
-            return None
-        raise
-
-
 def _local_id(client: Any, name: str) -> str | None:
-    found = _inspect(client, name)
+    found = inspect_image(client, name)
     return found["Id"] if found else None
 
 

@@ -72,7 +72,7 @@ class PullCache:
 def fetch(client: Any, name: str) -> Prebuilt:
     """Pull `name` (re-reading its tag); use the engine's copy if the registry cannot answer."""
     error = _pull(client, name)
-    found = _inspect(client, name)
+    found = inspect_image(client, name)
     if found is None:
         raise SandboxStartError(
             f"prebuilt image {name} could not be pulled and is not in the engine: {error}"
@@ -106,7 +106,8 @@ def _split(name: str) -> tuple[str, str]:
     return name, "latest"
 
 
-def _inspect(client: Any, name: str) -> dict[str, Any] | None:
+def inspect_image(client: Any, name: str) -> dict[str, Any] | None:
+    """The engine's record of an image, or None when it has none (404 on any engine)."""
     import docker.errors
 
     try:
