@@ -125,8 +125,8 @@ def reason_from_evidence(evidence: Evidence | None) -> Reason | None:
 
 def classify(log: PhaseLog) -> Reason:
     """Kernel evidence, then the harness's own errors, then a setup that failed, then a model
-    API that stopped the agent (its last call failed), then timeouts, then a grader that graded
-    nothing or an API the agent reported failing, then the reward.
+    API that stopped the agent (its last call through the proxy failed, or the CLI itself said
+    so), then timeouts, then a grader that graded nothing, then the reward.
 
     A ceiling hit only decides when the trial did not pass: an agent that ran into its pids
     ceiling once, recovered and passed the tests has passed.
@@ -141,14 +141,14 @@ def classify(log: PhaseLog) -> Reason:
         return Reason.AGENT_SETUP_FAILED
     if stopping_call(log.api_calls) is not None and not passed:
         return Reason.API_ERROR  # also when the CLI then waited out its timeout in backoff
+    if log.report is not None and log.report.api_failure and not passed:
+        return Reason.API_ERROR  # what an unproxied CLI said of its API, even in backoff
     if log.agent is not None and log.agent.timed_out and not passed:
         return Reason.AGENT_TIMEOUT
     if log.verifier is not None and log.verifier.timed_out:
         return Reason.VERIFIER_TIMEOUT
     if log.graded_nothing is not None and not passed:
         return Reason.VERIFIER_ERROR
-    if log.report is not None and log.report.api_failure and not passed:
-        return Reason.API_ERROR
     return reason_for_reward(log.reward)
 
 

@@ -4,6 +4,8 @@ answering 401 (Claude Code 2.1, Codex 0.171, Gemini CLI 0.61), and from a succes
 import json
 
 from levelfield.agents._cli_report import read_claude_code, read_codex, read_gemini_cli
+from levelfield.outcome import PhaseLog, classify
+from levelfield.records import AgentReport, PhaseResult, Reason
 
 CLAUDE_401 = "\n".join(
     [
@@ -111,3 +113,35 @@ def test_gemini_cli_http_status_is_an_api_failure_but_its_own_config_error_is_no
     config = read_gemini_cli(GEMINI_CONFIG, 41).report
     assert not config.api_failure and config.status == "error"
     assert read_gemini_cli("no json at all", 1).report.status is None
+
+
+GEMINI_IN_BACKOFF = """\
+Attempt 2 failed. Retrying with backoff... Error: exception TypeError: fetch failed sending request
+    at file:///run/levelfield/agent/lib/node_modules/@google/gemini-cli/bundle/chunk.js:267671:13
+    at async retryWithBackoff (file:///run/levelfield/agent/bundle/chunk.js:308039:23)
+[STARTUP] Cannot measure phase 'cleanup_ops': start mark not found (likely cleared by reset).
+Attempt 3 failed. Retrying with backoff... Error: exception TypeError: fetch failed sending request
+    at file:///run/levelfield/agent/lib/node_modules/@google/gemini-cli/bundle/chunk.js:267671:13
+    at async Models.generateContent (file:///run/levelfield/agent/bundle/chunk.js:268643:16)
+"""
+
+
+def test_gemini_cli_ended_while_retrying_its_api_is_an_api_failure() -> None:
+    """Captured from a real run whose endpoint refused connections: it never printed its JSON,
+    and its agent timeout struck in backoff. That is the API's failure, not the agent's."""
+    report = read_gemini_cli(GEMINI_IN_BACKOFF, None).report
+    assert report.api_failure and "fetch failed" in (report.message or "")
+    worked_after = GEMINI_IN_BACKOFF + "ls -la\ntotal 0\n"
+    assert not read_gemini_cli(worked_after, None).report.api_failure
+
+
+def test_an_api_failure_the_cli_reported_outranks_its_timeout() -> None:
+    log = PhaseLog(
+        agent=PhaseResult(timed_out=True),
+        report=AgentReport(api_failure=True),
+        reward=0.0,
+    )
+    assert classify(log) is Reason.API_ERROR
+    assert classify(PhaseLog(agent=PhaseResult(timed_out=True), reward=0.0)) is (
+        Reason.AGENT_TIMEOUT
+    )

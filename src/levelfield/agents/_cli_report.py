@@ -115,6 +115,9 @@ def read_gemini_cli(text: str, exit_code: int | None) -> Reading:
     error = data.get("error") or {}
     code = error.get("code")
     api_failure = isinstance(code, int) and 400 <= code < 600
+    retrying = None if data else _gemini_last_retry(text)
+    if retrying is not None:  # it never answered: it was still retrying its API when it ended
+        api_failure, error = True, {"message": retrying}
     tools = ((data.get("stats") or {}).get("tools") or {}).get("totalCalls")
     return Reading(
         AgentReport(
@@ -125,6 +128,23 @@ def read_gemini_cli(text: str, exit_code: int | None) -> Reading:
             message=_short(error.get("message") or data.get("response")),
         )
     )
+
+
+# Gemini CLI's own retry loop: "Attempt 3 failed. Retrying with backoff... Error: exception
+# TypeError: fetch failed sending request", each followed by a stack trace.
+_GEMINI_RETRY = re.compile(r"^Attempt \d+ failed\b.*$")
+_NOISE = re.compile(r"^\s+at |^\[STARTUP\]|^\s*$")
+
+
+def _gemini_last_retry(text: str) -> str | None:
+    """The retry line that ends the output, when nothing but its stack trace follows it: a
+    CLI killed (or timed out) in that state was waiting on its model API, not working."""
+    for line in reversed(text.splitlines()):
+        if _GEMINI_RETRY.match(line):
+            return line.strip()
+        if not _NOISE.match(line):
+            return None
+    return None
 
 
 def _last_object(text: str) -> dict[str, Any]:
