@@ -18,8 +18,8 @@ from pathlib import Path
 import anthropic
 from pydantic import SecretStr
 
-from levelfield.proxy import ModelProxy, Route
-from levelfield.scripted_model import ScriptedModel, serve
+from levelfield.model_api.proxy import ModelProxy, Route
+from levelfield.model_api.scripted_model import ScriptedModel, serve
 
 KEY = "sk-benchmark-key-000000"
 TOOLS = [{"name": "Bash", "input_schema": {"type": "object", "properties": {"command": {}}}}]

@@ -1,6 +1,7 @@
 """The real Claude Code and Codex CLIs solve tasks end to end, every model call through the
-recording proxy, with the proxy pointed at the scripted model (`levelfield.scripted_model`) that
-answers with each task's reference solution, one shell tool call at a time.
+recording proxy, with the proxy pointed at the scripted model
+(`levelfield.model_api.scripted_model`) that answers with each task's reference solution, one
+shell tool call at a time.
 
 Checked for each trial: the tests pass; the proxy recorded every call the scripted model
 answered, with its fields; the trajectory is the solution's commands as the proxy saw them; a
@@ -29,8 +30,8 @@ from levelfield.agents import AgentOptions
 from levelfield.agents._prepare import node_tarball
 from levelfield.agents.command import PRESETS, prepared_tree
 from levelfield.config import RunConfig
+from levelfield.model_api.scripted_model import Failure, ScriptedModel, serve, solution_commands
 from levelfield.records import Outcome, Reason, TrialRecord
-from levelfield.scripted_model import Failure, ScriptedModel, serve, solution_commands
 from levelfield.store import reading
 
 from ..conftest import REPO, TB2_SAMPLE, missing_sandbox_prerequisites, require

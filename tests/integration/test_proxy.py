@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from levelfield.proxy import ModelProxy, Route
-from levelfield.scripted_model import Failure, ScriptedModel, serve
+from levelfield.model_api.proxy import ModelProxy, Route
+from levelfield.model_api.scripted_model import Failure, ScriptedModel, serve
 
 REAL_KEY = "sk-real-proxy-test-8f1c2d"
 COMMANDS = ["echo one", "echo two"]

@@ -4,7 +4,7 @@ import sys
 from typer.testing import CliRunner
 
 import levelfield
-from levelfield.cli import app
+from levelfield.cli.app import app
 
 from ..conftest import MakeTask
 

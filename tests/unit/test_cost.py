@@ -12,8 +12,8 @@ import pytest
 
 from levelfield.analysis.spend import sweep_cost
 from levelfield.analysis.table import load_run
-from levelfield.cost import PricingStore, load_prices, model_of, priced
 from levelfield.errors import RunConfigError
+from levelfield.model_api.cost import PricingStore, load_prices, model_of, priced
 from levelfield.records import ApiCall
 from levelfield.store import Store
 

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from levelfield.harbor_import import import_harbor_job
+from levelfield.harbor.importing import import_harbor_job
 from levelfield.records import Outcome, Reason
 from levelfield.store import reading
 

@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from levelfield.agents import AgentOptions, make_agent
 from levelfield.agents._proxied import ProxiedApi
-from levelfield.proxy import ModelProxy, Route
+from levelfield.model_api.proxy import ModelProxy, Route
 from levelfield.tasks import load_task
 
 KEY = "sk-levelfield-unit-proxied-0123456789"
@@ -62,7 +62,7 @@ def test_only_a_mounted_proxied_agent_can_do_without_network(tmp_path: Path) -> 
 def test_scripted_model_command_refuses_a_bad_failure_plan_with_exit_2(make_task: Any) -> None:
     from typer.testing import CliRunner
 
-    from levelfield.cli import app
+    from levelfield.cli.app import app
 
     runner = CliRunner()
     dataset = make_task().parent

@@ -17,10 +17,11 @@ from typer.testing import CliRunner
 
 import levelfield.analysis
 import levelfield.report
-from levelfield._cli_analysis import parse_points, register
 from levelfield.analysis import compare, power_analysis, summarize
 from levelfield.analysis.simulate import simulate_trials
 from levelfield.analysis.table import RunData
+from levelfield.cli._options import parse_points
+from levelfield.cli.analysis import register
 from levelfield.report import (
     render_card,
     render_html,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from levelfield.model_api.scripted_model import Failure, solution_commands
 from levelfield.outcome import PhaseLog, classify, stopping_call
 from levelfield.records import ApiCall, Reason
-from levelfield.scripted_model import Failure, solution_commands
 
 SCRIPT = """#!/bin/bash
 # a comment

@@ -1,4 +1,4 @@
-"""A CLI agent's model API, reached through the recording proxy (`levelfield.proxy`).
+"""A CLI agent's model API, reached through the recording proxy (`model_api.proxy`).
 
 Claude Code speaks the Anthropic Messages API and Codex the OpenAI Responses API: each gets the
 proxy in its base-URL variable and a per-trial dummy token in its key variables. The real key
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from levelfield.agents import AgentOptions
 from levelfield.errors import SandboxStartError
-from levelfield.proxy import OFFICIAL_BASE_URL, ModelProxy, Provider, Route
+from levelfield.model_api.proxy import OFFICIAL_BASE_URL, ModelProxy, Provider, Route
 from levelfield.sandbox import Sandbox
 
 PROVIDERS: dict[str, tuple[Provider, ...]] = {

@@ -19,9 +19,7 @@ from typing import Any
 
 from levelfield._room import check_room
 from levelfield.agents import make_agent
-from levelfield.agents.population import PopulationAgent
 from levelfield.config import RunConfig
-from levelfield.cost import PricingStore, load_prices
 from levelfield.errors import (
     HostUnsupported,
     InputError,
@@ -32,6 +30,7 @@ from levelfield.errors import (
 from levelfield.executor._reaping import note_reaped
 from levelfield.executor.local import Admission, LocalExecutor, OnTrial
 from levelfield.executor.ray import RayExecutor, RetryPolicy, import_ray
+from levelfield.model_api.cost import PricingStore, load_prices
 from levelfield.network import IndexProber
 from levelfield.plan import Trial, concurrency_blocks, estimate_duration_s, plan_trials
 from levelfield.policy import Policy
@@ -160,8 +159,9 @@ def _plan(config: RunConfig, dataset: Dataset, policies: list[Policy]) -> list[T
     agents = config.resolved_agents()
     for spec in agents:
         agent = make_agent(spec, config.agent_options)  # a misconfigured agent fails here
-        if isinstance(agent, PopulationAgent):
-            agent.check(dataset.tasks)
+        check = getattr(agent, "check", None)  # an agent that reads per-task inputs (population)
+        if check is not None:
+            check(dataset.tasks)
     return plan_trials(
         dataset.tasks,
         agents,

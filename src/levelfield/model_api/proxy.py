@@ -35,9 +35,9 @@ from typing import Any, Literal
 
 from pydantic import SecretStr
 
-from levelfield._conversation import AnswerReader, ToolCall, trajectory_steps
-from levelfield._http import Handler, LoopbackServer
 from levelfield.errors import SandboxStartError
+from levelfield.model_api._http import Handler, LoopbackServer
+from levelfield.model_api.conversation import AnswerReader, ToolCall, trajectory_steps
 from levelfield.records import ApiCall
 
 CLONE_NEWNET = 0x40000000  # <sched.h>

@@ -1,57 +1,49 @@
-"""The analysis commands (`report`, `compare`, `power`): parse, one library call, render.
+"""The analysis commands: `results`, `report`, `compare` and `power`. Each parses, makes one
+library call and renders.
 
-Kept apart from cli.py so that the run commands stay importable without the statistics stack:
-everything heavy is imported inside the command that needs it. `register(app)` adds them.
+Kept importable without the statistics stack: everything heavy is imported inside the command that
+needs it, so `levelfield run` never pays for pandas or statsmodels at start.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
+from levelfield.cli._console import (
+    bad_input,
+    console,
+    load_run_dir,
+    show_adaptive_sections,
+    wide_console,
+)
+from levelfield.cli._options import RunDir, Seed, parse_points
+
 if TYPE_CHECKING:
     import pandas as pd
 
     from levelfield.analysis.table import RunData
 
-RunDir = Annotated[Path, typer.Argument(help="A run directory written by `levelfield run`.")]
-Seed = Annotated[int, typer.Option(help="Seed of the bootstrap and permutation resamples.")]
 
+def results(
+    run_dir: RunDir,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Every trial as JSON, evidence and telemetry included.")
+    ] = False,
+) -> None:
+    """One row per stored trial: outcome, reason, peak memory, throttling, durations."""
+    from levelfield.report.results import results_json, results_table
+    from levelfield.store import reading
 
-def _console() -> Console:
-    """Wide output when piped (CI logs, files), like cli.py's console: tables must not wrap."""
-    return Console(width=None if Console().is_terminal else 200)
-
-
-_POINTS = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(pp|pts?|points?|%)?\s*$")
-
-
-def parse_points(text: str) -> float:
-    """Points to a proportion: "2pp", "2 pts", "2%" → 0.02. A bare number below 1 is already a
-    proportion ("0.02"), from 1 up it is points ("2"). Raises typer.BadParameter (exit 2)."""
-    match = _POINTS.match(text)
-    if not match:
-        raise typer.BadParameter(f"{text!r}: expected points such as 2pp, 2% or 0.02")
-    value, unit = float(match.group(1)), match.group(2)
-    return value / 100 if unit or value >= 1 else value
-
-
-def _load(run_dir: Path) -> RunData:
-    from levelfield.analysis.table import load_run
-
-    if not run_dir.is_dir():
-        raise typer.BadParameter(f"{run_dir} is not a directory", param_hint="RUN_DIR")
-    data = load_run(run_dir)
-    if data.trials.empty:
-        Console(stderr=True).print(f"[red]error:[/] {run_dir} holds no trial yet")
-        raise typer.Exit(1)
-    return data
+    with reading(run_dir) as store:
+        records = list(store.records())
+    if json_out:
+        typer.echo(results_json(records))
+    else:
+        console.print(results_table(records))
 
 
 def report(
@@ -67,8 +59,8 @@ def report(
     from levelfield.report import render_card, render_html, render_json, show_summary
 
     margin_value = parse_points(margin)
-    data = _load(run_dir)
-    with _bad_input():
+    data = load_run_dir(run_dir)
+    with bad_input():
         summary = summarize(data.trials, info=data.info, seed=seed, margin=margin_value)
     if html is not None:
         html.write_text(render_html(summary), encoding="utf-8")
@@ -78,27 +70,8 @@ def report(
     elif card:
         typer.echo(render_card(summary))
     elif html is None:
-        show_summary(summary, _console())
-        show_adaptive_sections(data, _console())
-
-
-def show_adaptive_sections(data: RunData, console: Console) -> None:
-    """An adaptive sweep's target and repeats per task, and the cost when trials carry tokens."""
-    from levelfield.adaptive import assess_run
-    from levelfield.analysis.spend import sweep_cost
-    from levelfield.report.adaptive import show_adaptive
-
-    show_adaptive(assess_run(data.trials, data.info), sweep_cost(data.trials), console)
-
-
-@contextmanager
-def _bad_input() -> Iterator[None]:
-    """A trial table that breaks the contract is bad input (exit 2), not a traceback."""
-    try:
-        yield
-    except ValueError as exc:
-        Console(stderr=True).print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from exc
+        show_summary(summary, wide_console())
+        show_adaptive_sections(data, wide_console())
 
 
 def compare(
@@ -115,8 +88,8 @@ def compare(
     by = by or ("run" if run_b else "policy")
     if by not in ("policy", "agent", "run", "window") or (by == "run" and run_b is None):
         raise typer.BadParameter(f"cannot compare by {by!r} here", param_hint="--by")
-    trials, order = _stack([_load(run_a)] + ([_load(run_b)] if run_b else []))
-    with _bad_input():
+    trials, order = _stack([load_run_dir(run_a)] + ([load_run_dir(run_b)] if run_b else []))
+    with bad_input():
         result = compare_trials(trials, by=by, seed=seed, order=order if by == "run" else None)
     if not result.pairs:
         Console(stderr=True).print(f"[yellow]nothing to compare: one {by} only[/yellow]")
@@ -124,7 +97,7 @@ def compare(
     if json_out:
         typer.echo(render_json(result))
     else:
-        show_comparison(result, _console())
+        show_comparison(result, wide_console())
 
 
 def _stack(runs: list[RunData]) -> tuple[pd.DataFrame, list[str]]:
@@ -155,14 +128,15 @@ def power(
     if not (0 < level < 1 and 0 < power_ < 1):
         raise typer.BadParameter("--level and --power must lie strictly between 0 and 1")
     alpha, gap_value = (1 - level if level > 0.5 else level), parse_points(gap)
-    data = _load(from_run)
-    with _bad_input():
+    data = load_run_dir(from_run)
+    with bad_input():
         result = power_analysis(data.trials, gap=gap_value, alpha=alpha, power=power_, by=by)
-    show_power(result, _console())
+    show_power(result, wide_console())
 
 
 def register(app: typer.Typer) -> None:
-    """Add `report`, `compare` and `power` to the levelfield app."""
+    """Add `results`, `report`, `compare` and `power`."""
+    app.command("results")(results)
     app.command("report")(report)
     app.command("compare")(compare)
     app.command("power")(power)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from levelfield._http import Handler, LoopbackServer, sse_event
+from levelfield.model_api._http import Handler, LoopbackServer, sse_event
 
 # The shell tools of the CLIs we drive: Claude Code's Bash, Codex's shell / shell_command /
 # exec_command (the name depends on the model family), and generic names.

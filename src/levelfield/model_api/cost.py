@@ -44,7 +44,7 @@ def load_prices(path: Path | None = None) -> PriceTable:
         text = (
             path.read_text()
             if path is not None
-            else resources.files("levelfield").joinpath("prices.toml").read_text()
+            else resources.files("levelfield.model_api").joinpath("prices.toml").read_text()
         )
         return PriceTable.model_validate(tomllib.loads(text))
     except (OSError, tomllib.TOMLDecodeError, ValidationError) as exc:

@@ -26,7 +26,7 @@ def scripted_model(
 ) -> None:
     """Serve the Anthropic Messages and OpenAI Chat Completions and Responses APIs on loopback,
     streaming included, until Ctrl-C. Point an agent's --base-url at it."""
-    from levelfield.scripted_model import Failure, ScriptedModel, serve
+    from levelfield.model_api.scripted_model import Failure, ScriptedModel, serve
 
     try:
         failures = [Failure.parse(text) for text in fail or []]
