@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from levelfield.agents import make_agent
+from levelfield.agents import DrawPoint, make_agent
 from levelfield.agents.population import (
-    DrawPoint,
     Population,
     PopulationAgent,
     choose,

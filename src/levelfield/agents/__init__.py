@@ -7,13 +7,21 @@ runs any CLI agent inside the sandbox (presets `claude-code`, `codex`, `gemini-c
 `terminal` is a compact built-in loop that asks a model for commands. An agent is named by a
 string, as the store and the reports show it: "oracle", "replay:lean", "terminal:gpt-4.1",
 "claude-code:claude-sonnet-4-5".
+
+Agents are registered the way sandbox backends are: `_AGENTS` maps a name to the module that
+builds it, loaded only when that agent is used (an SDK or a preset table costs nothing
+otherwise). Each module offers `create(spec, options, at) -> Agent` and, when its label carries
+more than its name (a model, a command's name), `label(kind, options) -> str`.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
@@ -22,8 +30,6 @@ from levelfield.errors import RunConfigError
 from levelfield.records import AgentReport, ApiCall, PhaseResult
 from levelfield.sandbox import Sandbox
 from levelfield.tasks import Task
-
-CLI_PRESETS = ("claude-code", "codex", "gemini-cli")  # agents/command.py's PRESETS
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,48 +98,53 @@ class AgentOptions(BaseModel):
         return SecretStr(value) if value else None
 
 
+@dataclass(frozen=True, slots=True)
+class DrawPoint:
+    """Where in the design a trial sits: a population's draw depends on this and on the task
+    only, never on the policy, so every policy meets the same behaviour on the same trial."""
+
+    repeat: int = 1
+    window: str = "default"
+
+
+_AGENTS: Mapping[str, str] = {
+    "oracle": "levelfield.agents.oracle",
+    "nop": "levelfield.agents.nop",
+    "replay": "levelfield.agents.replay",
+    "population": "levelfield.agents.population",
+    "terminal": "levelfield.agents.terminal",
+    "command": "levelfield.agents.command",
+    "claude-code": "levelfield.agents.command",  # the command agent's presets
+    "codex": "levelfield.agents.command",
+    "gemini-cli": "levelfield.agents.command",
+}
+
+
+def agent_kinds() -> Sequence[str]:
+    return tuple(_AGENTS)
+
+
 def agent_name(kind: str, options: AgentOptions) -> str:
-    """The label a trial stores: the model is part of it, so two models never share a key."""
-    if kind == "command":
-        return f"command:{options.name or 'custom'}"
-    if kind in ("terminal", *CLI_PRESETS) and options.model:
-        return f"{kind}:{options.model}"
-    return kind
+    """The label a trial stores: the model is part of it, so two models never share a key. An
+    unknown kind keeps its name here; `make_agent` refuses it."""
+    if kind not in _AGENTS:
+        return kind
+    label = getattr(_agent_module(kind), "label", None)
+    return label(kind, options) if label is not None else kind
 
 
 def make_agent(
     spec: str, options: AgentOptions | None = None, *, repeat: int = 1, window: str = "default"
 ) -> Agent:
     """`repeat` and `window` place the trial in the design: only a population's draw reads them."""
-    options = options or AgentOptions()
-    kind, _, arg = spec.partition(":")
-    if kind == "oracle":
-        from levelfield.agents.oracle import OracleAgent
+    kind = spec.partition(":")[0]
+    if kind not in _AGENTS:
+        raise RunConfigError(
+            f"unknown agent {spec!r}: use {', '.join(_AGENTS)} (replay needs replay:TRAJECTORY)"
+        )
+    create = _agent_module(kind).create
+    return create(spec, options or AgentOptions(), DrawPoint(repeat, window))  # type: ignore[no-any-return]
 
-        return OracleAgent()
-    if kind == "nop":
-        from levelfield.agents.nop import NopAgent
 
-        return NopAgent()
-    if kind == "replay":
-        from levelfield.agents.replay import ReplayAgent
-
-        if not arg:
-            raise RunConfigError("replay needs a trajectory: replay:NAME or replay:/path/file.json")
-        return ReplayAgent(spec, arg)
-    if kind == "population":
-        from levelfield.agents.population import DEFAULT_POPULATION, DrawPoint, PopulationAgent
-
-        return PopulationAgent(spec, arg or DEFAULT_POPULATION, DrawPoint(repeat, window))
-    if kind in ("command", *CLI_PRESETS):
-        from levelfield.agents.command import command_agent
-
-        return command_agent(kind, spec, options)
-    if kind == "terminal":
-        from levelfield.agents.terminal import TerminalAgent
-
-        return TerminalAgent(spec, options.model_copy(update={"model": options.model or arg}))
-    raise RunConfigError(
-        f"unknown agent {spec!r}: use oracle, nop, replay:TRAJECTORY, population, command, "
-        "claude-code, codex, gemini-cli or terminal"
-    )
+def _agent_module(kind: str) -> ModuleType:
+    return importlib.import_module(_AGENTS[kind])

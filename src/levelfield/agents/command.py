@@ -17,7 +17,14 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from levelfield.agents import AgentOptions, AgentRun, _cli_report, _prepare, agent_name
+from levelfield.agents import (
+    AgentOptions,
+    AgentRun,
+    DrawPoint,
+    _cli_report,
+    _prepare,
+    agent_name,
+)
 from levelfield.agents._proxied import is_proxied, proxied_api
 from levelfield.errors import RunConfigError
 from levelfield.records import AgentReport, AgentSetup, PhaseResult
@@ -357,3 +364,13 @@ def _left(deadline: float) -> float:
 def _last_line(text: str) -> str | None:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else None
+
+
+def create(spec: str, options: AgentOptions, at: DrawPoint) -> CommandAgent:
+    return command_agent(spec.partition(":")[0], spec, options)
+
+
+def label(kind: str, options: AgentOptions) -> str:
+    if kind == "command":
+        return f"command:{options.name or 'custom'}"
+    return f"{kind}:{options.model}" if options.model else kind

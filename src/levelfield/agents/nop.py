@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from levelfield.agents import AgentRun
+from levelfield.agents import AgentOptions, AgentRun, DrawPoint
 from levelfield.records import PhaseResult
 from levelfield.sandbox import Sandbox
 from levelfield.tasks import Task
@@ -16,3 +16,7 @@ class NopAgent:
 
     def run(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentRun:
         return AgentRun(PhaseResult(exit_code=0))
+
+
+def create(spec: str, options: AgentOptions, at: DrawPoint) -> NopAgent:
+    return NopAgent()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from levelfield.agents import AgentRun
+from levelfield.agents import AgentOptions, AgentRun, DrawPoint
 from levelfield.errors import AgentError
 from levelfield.sandbox import Sandbox
 from levelfield.tasks import Task
@@ -29,3 +29,7 @@ class OracleAgent:
             "duration_s": round(phase.duration_s, 3),
         }
         return AgentRun(phase, (step,))
+
+
+def create(spec: str, options: AgentOptions, at: DrawPoint) -> OracleAgent:
+    return OracleAgent()

@@ -21,12 +21,11 @@ import math
 import re
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from levelfield.agents import AgentRun
+from levelfield.agents import AgentOptions, AgentRun, DrawPoint
 from levelfield.agents.replay import ReplayAgent
 from levelfield.errors import AgentError, RunConfigError
 from levelfield.sandbox import Sandbox
@@ -94,14 +93,6 @@ def choose(population: Population, u: float) -> str:
     return names[-1]  # u just below 1 when the sum rounds under it
 
 
-@dataclass(frozen=True, slots=True)
-class DrawPoint:
-    """Where in the design a trial sits; the draw depends on this and on the task only."""
-
-    repeat: int = 1
-    window: str = "default"
-
-
 class PopulationAgent:
     needs_network = False
 
@@ -132,3 +123,7 @@ class PopulationAgent:
         replay = ReplayAgent(self.name, drawn)
         result = replay.run(box, task, timeout_s=timeout_s, trial_dir=trial_dir)
         return AgentRun(result.phase, result.steps, result.api_calls, drawn=drawn)
+
+
+def create(spec: str, options: AgentOptions, at: DrawPoint) -> PopulationAgent:
+    return PopulationAgent(spec, spec.partition(":")[2] or DEFAULT_POPULATION, at)

@@ -18,8 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from levelfield.agents import AgentRun
-from levelfield.errors import AgentError
+from levelfield.agents import AgentOptions, AgentRun, DrawPoint
+from levelfield.errors import AgentError, RunConfigError
 from levelfield.records import PhaseResult
 from levelfield.sandbox import Sandbox
 from levelfield.tasks import Task
@@ -106,3 +106,10 @@ def _timed_out(started: float, last: PhaseResult | None) -> PhaseResult:
     return PhaseResult(
         exit_code=None, timed_out=True, duration_s=time.monotonic() - started, output_tail=tail
     )
+
+
+def create(spec: str, options: AgentOptions, at: DrawPoint) -> ReplayAgent:
+    trajectory = spec.partition(":")[2]
+    if not trajectory:
+        raise RunConfigError("replay needs a trajectory: replay:NAME or replay:/path/file.json")
+    return ReplayAgent(spec, trajectory)

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from levelfield.agents import AgentOptions, AgentRun, agent_name
+from levelfield.agents import AgentOptions, AgentRun, DrawPoint, agent_name
 from levelfield.agents._llm import ChatClient, RetryPolicy, guess_provider
 from levelfield.errors import ApiError, RunConfigError
 from levelfield.records import PhaseResult
@@ -125,3 +125,12 @@ class TerminalAgent:
             status = "timed out" if last.timed_out else f"exit code {last.exit_code}"
             parts.append(f"$ {command}\n[{status}]\n{last.output_tail[-OUTPUT_CHARS:]}")
         return "\n\n".join(parts) or "No commands were run.", last
+
+
+def create(spec: str, options: AgentOptions, at: DrawPoint) -> TerminalAgent:
+    model = options.model or spec.partition(":")[2]
+    return TerminalAgent(spec, options.model_copy(update={"model": model}))
+
+
+def label(kind: str, options: AgentOptions) -> str:
+    return f"{kind}:{options.model}" if options.model else kind
