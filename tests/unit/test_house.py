@@ -1,0 +1,122 @@
+"""The shape of the package, read from its source: imports point one way, modules stay small.
+
+Every import counts, including those inside functions: a late import still makes two modules
+depend on each other, and a cycle kept alive by a late call is still a cycle. `from pkg import
+name` counts as an import of `pkg.name` where that is a module, else of `pkg`. A registry that
+names modules as strings (`sandbox._BACKENDS`, `agents._AGENTS`) is not an import.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import levelfield
+
+PACKAGE = Path(levelfield.__file__).parent
+MAX_LINES = 600
+MAX_TOP_LEVEL_MODULES = 24
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def imported_names(name: str, path: Path) -> Iterator[str]:
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parents = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parents, *([node.module] if node.module else [])])
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = modules()
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for name, path in known.items():
+        for target in imported_names(name, path):
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                graph[name].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_module_imports_its_way_back_to_itself() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_sees_a_late_import_cycle(tmp_path: Path) -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    late = tmp_path / "running.py"
+    late.write_text("def f():\n    from levelfield.cli.app import app\n")
+    tree_names = list(imported_names("levelfield.cli.running", late))
+    assert "levelfield.cli.app.app" in tree_names
+
+
+def test_no_module_is_over_600_lines() -> None:
+    long = {
+        name: n for name, path in modules().items() if (n := len(path.read_text().splitlines()))
+        > MAX_LINES
+    }
+    assert long == {}
+
+
+def test_the_top_level_holds_at_most_24_modules() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
