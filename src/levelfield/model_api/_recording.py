@@ -49,6 +49,7 @@ class Exchange:
     retry_after_s: float | None = None
     error: str | None = None  # the upstream failed (no answer, or an answer broken off)
     cut_short: str | None = None  # why the agent's side ended it first
+    complete: bool = False  # the whole answer came from upstream; it is being handed on
     answered: bool = False  # the whole answer went to the agent
     recorded: bool = False
 
@@ -129,8 +130,9 @@ class CallLog:
         deadline = time.monotonic() + timeout_s
         with self._settled:
             while self._in_flight and time.monotonic() < deadline:
-                for ex in self._in_flight:
-                    if not ex.answered and ex.cut_short is None and ex.client_gone():
+                for ex in self._in_flight:  # an agent that got all of it may exit at once
+                    done = ex.complete or ex.reader.finished
+                    if not done and ex.cut_short is None and ex.client_gone():
                         ex.cut_short = "the agent closed its connection before the answer came"
                 if all(ex.cut_short is not None for ex in self._in_flight):
                     break

@@ -269,6 +269,7 @@ class _ProxyHandler(Handler):
             else:
                 data = answer.read()
                 ex.reader.finish(data)
+                ex.complete = True
                 content_type = answer.getheader("Content-Type") or "application/json"
                 send = lambda: self.send_bytes(  # noqa: E731
                     answer.status, data, content_type, _passed_headers(answer)
@@ -305,6 +306,7 @@ class _ProxyHandler(Handler):
                 return
         ex.reader.finish()
         self.proxy.log.remember(ex, ok=ex.outcome()[0] == "ok")  # a stream ended short, too
+        ex.complete = True
         ex.answered = self._to_agent(ex, self.end_stream)
 
     def _relayed_headers(self) -> dict[str, str]:
