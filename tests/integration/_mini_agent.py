@@ -1,7 +1,8 @@
 """A minimal `command` agent, copied into a test task and run in the sandbox: it asks the OpenAI
 Chat Completions endpoint in $OPENAI_BASE_URL (with the key in $OPENAI_API_KEY) for shell tool
 calls, streamed, runs each one, and stops when the model answers in text. Standard library only,
-so it runs on the host's userland; any failure of its model API ends it with exit code 1."""
+so it runs on the host's userland; any failure of its model API (an error status, an error chunk,
+a stream that ends before its [DONE]) ends it with exit code 1."""
 
 from __future__ import annotations
 
@@ -23,18 +24,19 @@ BASH = {
 def ask(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, str]]]:
     body = {"model": "scripted", "messages": messages, "tools": [BASH], "stream": True}
     request = urllib.request.Request(
-        os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
+        os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",  # the proxy's
         data=json.dumps(body).encode(),
         headers={
             "Authorization": f"Bearer {os.environ['OPENAI_API_KEY']}",
             "Content-Type": "application/json",
         },
     )
-    text, calls = "", {}
+    text, calls, done = "", {}, False
     with urllib.request.urlopen(request, timeout=600) as answer:
         for raw in answer:
             line = raw.decode().strip()
-            if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+            done = done or line == "data: [DONE]"
+            if not line.startswith("data:") or done:
                 continue
             event = json.loads(line[5:])
             if "error" in event:
@@ -46,6 +48,8 @@ def ask(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, str]]]:
                     part = calls.setdefault(call.get("index", 0), {"id": "", "args": ""})
                     part["id"] = call.get("id") or part["id"]
                     part["args"] += (call.get("function") or {}).get("arguments") or ""
+    if not done:  # a stream broken off: what came may be half of the answer
+        raise RuntimeError("the model's stream ended before [DONE]")
     return text, list(calls.values())
 
 

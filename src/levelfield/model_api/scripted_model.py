@@ -207,12 +207,13 @@ class _ScriptedHandler(Handler):
         self.close_connection = True
 
     def _reset(self, api: _Api, path: str, body: dict[str, Any], streamed: bool) -> None:
-        """Start the answer, then reset the connection: a TCP RST mid-way, as when a load
-        balancer or the provider's server drops it."""
+        """Start the answer, then reset the connection mid-way (a TCP RST), as when a load
+        balancer or the provider's server drops it: no event of it arrives whole."""
         answer = api.answer(self.model, path, body)
-        if streamed:
+        if streamed:  # the first event, cut in its middle
+            first = next(iter(api.events(answer, path, body)))
             self.start_stream(200, "text/event-stream")
-            self.write_chunk(next(iter(api.events(answer, path, body))))
+            self.write_chunk(first[: len(first) // 2])
         else:
             whole = json.dumps(answer).encode()
             self.send_response(200)
