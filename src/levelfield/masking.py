@@ -32,11 +32,13 @@ SECRET_NAME = re.compile(
 )
 # The userinfo of a URL: `//user:password@` (the password masked), or `//token@` for a user
 # name long enough to be a token (`https://ghp_…@github.com`). No scheme needed, so a URL split
-# after its scheme is still recognised.
-_URL_PASSWORD = re.compile(rb"(//[^/\s:@]*:)([^/\s@]+)(@)")
-_URL_TOKEN_USER = re.compile(rb"(//)([^/\s:@]{16,})(@)")
-_URL_OPEN = re.compile(rb"//[^/?#@\s]{0,256}\Z")  # userinfo that may continue in the next write
-_DANGLING_PASSWORD = re.compile(rb"(//[^/\s:@]*:)([^/\s@]+)\Z")
+# after its scheme is still recognised. Only the characters RFC 3986 allows in userinfo, so that
+# binary files are left alone.
+_USERINFO = rb"[\w.~%!$&'()*+,;=-]"
+_URL_PASSWORD = re.compile(rb"(//" + _USERINFO + rb"*:)(" + _USERINFO + rb"+)(@)")
+_URL_TOKEN_USER = re.compile(rb"(//)(" + _USERINFO + rb"{16,})(@)")
+_URL_OPEN = re.compile(rb"//[\w.~%!$&'()*+,;=:-]{0,256}\Z")  # may go on in the next write
+_DANGLING_PASSWORD = re.compile(rb"(//" + _USERINFO + rb"*:)(" + _USERINFO + rb"+)\Z")
 
 
 @dataclass
@@ -45,6 +47,7 @@ class Masker:
     writer made from it sees them from then on."""
 
     values: set[str] = field(default_factory=set)
+    _encoded: tuple[int, list[bytes]] = field(default=(0, []), repr=False, compare=False)
 
     def add(self, *values: str | None) -> Masker:
         for value in values:
@@ -53,7 +56,12 @@ class Masker:
         return self
 
     def _ordered(self) -> list[bytes]:
-        return sorted((v.encode() for v in self.values), key=len, reverse=True)  # longest first
+        """Longest first, so that a key containing another is masked whole. Values only grow,
+        so their count says whether the list is current."""
+        if self._encoded[0] != len(self.values):
+            ordered = sorted((v.encode() for v in self.values), key=len, reverse=True)
+            self._encoded = (len(ordered), ordered)
+        return self._encoded[1]
 
     def text(self, text: str) -> str:
         return self.data(text.encode(errors="surrogatepass")).decode(errors="surrogatepass")
@@ -130,7 +138,7 @@ class MaskingWriter:
         self.sink.flush()
 
     def _values(self) -> list[bytes]:
-        return [v.encode() for v in self.masker.values]
+        return self.masker._ordered()
 
     def _held_back(self, data: bytes) -> int:
         """How many trailing bytes could still become a secret or a URL's userinfo."""
