@@ -120,7 +120,7 @@ def _read_path(
     on_progress: Callable[[int], None] | None,
 ) -> list[Labelled]:
     if not root.is_dir():
-        raise InputError(f"{root}: not a directory")
+        raise InputError(f"{root}: {'not a directory' if root.exists() else 'no such directory'}")
     read_so_far = 0
 
     def read(trial_dir: str) -> HarborTrial | None:
@@ -264,6 +264,8 @@ def _meta(
         "source": sources[0],
         "sources": sources,
         "enforcement": ENFORCEMENT,
+        "concurrency": "unknown: Harbor's trial results do not record it",
+        "images": "unknown: Harbor's task images are not in its trial results",
         "policies": {IMPORTED_POLICY: {}},
         "import_flags": {
             **{k: v for k, v in meta.get("import_flags", {}).items() if k not in labels},
