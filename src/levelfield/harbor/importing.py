@@ -15,6 +15,7 @@ so an interrupted import loses nothing and is simply run again.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 from collections import Counter, defaultdict
@@ -38,7 +39,7 @@ from levelfield.harbor.trial_file import (
     seconds_between,
 )
 from levelfield.plan import trial_key
-from levelfield.records import Reason, TrialRecord
+from levelfield.records import Evidence, Reason, TrialRecord
 from levelfield.store import Store
 
 IMPORTED_POLICY = "imported"
@@ -221,13 +222,20 @@ def _record(item: Labelled, key: str, run_id: str, repeat: int) -> dict[str, Any
             "timed_out": verdict.reason is Reason.VERIFIER_TIMEOUT,
             "duration_s": phase_s.get("verifier", 0.0),
         },
-        "evidence": {"notes": verdict.notes},
+        "evidence": _evidence(verdict.notes),
         "telemetry": {"host": _host(started, started_at)},
         "harbor": {**facts, "submission": item.label, "job": item.job},
         "started_at": started_at,
         "finished_at": finished.isoformat(),
         "duration_s": seconds_between(started, finished) or 0.0,
     }
+
+
+@functools.lru_cache(maxsize=1024)
+def _evidence(notes: tuple[str, ...]) -> Evidence:
+    """One frozen Evidence per distinct set of notes: most trials share the same few, and a
+    model instance passes validation without being rebuilt."""
+    return Evidence(notes=notes)
 
 
 def _host(started: datetime, started_at: str) -> dict[str, Any]:
