@@ -118,11 +118,15 @@ def make_task(tmp_path: Path) -> MakeTask:
     return make
 
 
+def require_leaderboard() -> None:
+    require([] if TB2_LEADERBOARD.is_file() else [str(TB2_LEADERBOARD)], "the shared leaderboard")
+
+
 @pytest.fixture(scope="session")
 def tb2_leaderboard(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The 55 shared Terminal-Bench 2.0 leaderboard submissions (Harbor trial files), extracted
     once per session into a temporary directory: `<submission>/<job>/<trial>/result.json`."""
-    require([] if TB2_LEADERBOARD.is_file() else [str(TB2_LEADERBOARD)], "the shared leaderboard")
+    require_leaderboard()
     root = tmp_path_factory.mktemp("tb2-leaderboard")
     with tarfile.open(TB2_LEADERBOARD) as archive:
         archive.extractall(root, filter="data")

@@ -16,7 +16,8 @@ import pytest
 from levelfield.harbor.reasons import RULES, judge
 from levelfield.harbor.trial_file import read_trial
 from levelfield.records import Outcome, Reason
-from tests.conftest import TB2_LEADERBOARD, require
+
+from ..conftest import TB2_LEADERBOARD, require_leaderboard
 
 # What each type seen in the shared data means, by its name and the messages it carries.
 EXPECTED = {
@@ -43,7 +44,7 @@ RUNTIME_ERROR_BY_MESSAGE = {
 @pytest.fixture(scope="module")
 def exceptions() -> dict[str, list[tuple[str, float | None]]]:
     """(message, reward) of every trial with an exception, by type, streamed from the archive."""
-    require([] if TB2_LEADERBOARD.is_file() else [str(TB2_LEADERBOARD)], "the shared leaderboard")
+    require_leaderboard()
     found: dict[str, list[tuple[str, float | None]]] = defaultdict(list)
     with tarfile.open(TB2_LEADERBOARD) as archive:
         for member in archive:
@@ -131,7 +132,7 @@ def test_model_api_and_harness_bugs_are_infrastructure() -> None:
 def test_secrets_on_the_agents_command_line_are_masked(tmp_path: Path) -> None:
     """Real submissions' error messages carry API keys (`export API_KEY=...`): read as a trial,
     none is kept."""
-    require([] if TB2_LEADERBOARD.is_file() else [str(TB2_LEADERBOARD)], "the shared leaderboard")
+    require_leaderboard()
     secret = re.compile(r"API_KEY=([A-Za-z0-9_-]{16,})")
     with tarfile.open(TB2_LEADERBOARD) as archive:
         for member in archive:
