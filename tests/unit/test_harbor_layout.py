@@ -173,3 +173,20 @@ def test_flags_name_what_looks_wrong_with_a_submission(tmp_path: Path) -> None:
     with reading(tmp_path / "run") as store:
         stored = store.meta()["import_flags"]
     assert {f["kind"] for f in stored["Mixed"]} == kinds["Mixed"]
+
+
+def test_submissions_are_found_at_their_level_whatever_lies_above_or_below(
+    tmp_path: Path,
+) -> None:
+    """A folder above the leaderboard (as the upstream repository nests it), a submission
+    whose trials lie one level deeper, and one without a job folder."""
+    board = tmp_path / "submissions" / "terminal-bench" / "2.0"
+    submission(board, "A", ["fix-git"])
+    submission(board, "B", ["fix-git"])
+    deeper = board / "C" / "jobs"
+    write_trial(deeper / "job-0", "fix-git", 0)
+    write_trial(board / "D", "fix-git", 0)  # no job folder
+    result = import_harbor([tmp_path / "submissions"], tmp_path / "run")
+    assert result.submissions == {"A": 2, "B": 2, "C": 1, "D": 1}
+    stored = {r.agent: r for r in records(tmp_path / "run")}
+    assert stored["C"].harbor.job == "job-0"

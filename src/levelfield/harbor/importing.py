@@ -140,9 +140,9 @@ def _read_path(
     found = list(layout.walk_trials(root, read))
     if not found:
         return []
-    kind = layout.kind_of(found)
-    layout.check_label_fits(kind, root, label)
-    place_of = layout.placer(root, kind, label)
+    shape = layout.shape_of(found)
+    layout.check_label_fits(shape, root, label)
+    place_of = layout.placer(root, shape, label)
     labelled = []
     for f in found:
         place = place_of(f.parts)
