@@ -14,7 +14,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from levelfield._room import is_disk_full, run_dir_full
 from levelfield.errors import StoreError
@@ -124,21 +124,20 @@ class Store:
         """One transaction per trial: a crash loses at most the trials still running."""
         try:
             with self._writing(f"record of trial {record.trial_key}"):
-                self._conn.execute(_INSERT, _row(record))
+                self._conn.execute(_INSERT, row_of(record))
         except sqlite3.IntegrityError as exc:
             raise StoreError(
                 f"trial {record.trial_key} attempt {record.attempt} is already stored"
             ) from exc
 
-    def commit_many(self, records: Iterable[TrialRecord]) -> None:
+    def commit_rows(self, rows: Iterable[Row]) -> None:
         """All in one transaction, or none: for trials that exist elsewhere already (an
-        import), where a per-trial commit would only cost time. Each record keeps only the
-        fields that differ from their defaults (reading fills them in): an import's records
-        leave most of the runner's evidence and telemetry empty, and tens of thousands of them
-        are written and read at once."""
+        import), where a per-trial commit would only cost time. Each row's `record` must load
+        as a TrialRecord (`load_record`): `row_of` makes such rows, and so does the Harbor
+        import, from parts it validated, tens of thousands at a time."""
         try:
             with self._writing("imported records"):
-                self._conn.executemany(_INSERT, (_row(r, exclude_defaults=True) for r in records))
+                self._conn.executemany(_INSERT, rows)
         except sqlite3.IntegrityError as exc:
             raise StoreError(f"{self.run_dir}: a trial to add is already stored ({exc})") from exc
 
@@ -153,8 +152,26 @@ class Store:
 _INSERT = "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
-def _row(record: TrialRecord, *, exclude_defaults: bool = False) -> tuple[Any, ...]:
-    return (
+class Row(NamedTuple):
+    """A trial as the trials table holds it: the columns that queries select by, and the whole
+    record as JSON."""
+
+    trial_key: str
+    attempt: int
+    task: str
+    agent: str
+    policy: str
+    repeat: int
+    window: str
+    outcome: str
+    reason: str
+    started_at: str
+    finished_at: str
+    record: str
+
+
+def row_of(record: TrialRecord) -> Row:
+    return Row(
         record.trial_key,
         record.attempt,
         record.task,
@@ -166,7 +183,7 @@ def _row(record: TrialRecord, *, exclude_defaults: bool = False) -> tuple[Any, .
         record.reason.value,
         record.started_at,
         record.finished_at,
-        record.model_dump_json(exclude_defaults=exclude_defaults),
+        record.model_dump_json(),
     )
 
 

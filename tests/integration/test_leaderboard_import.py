@@ -89,6 +89,15 @@ def two_runs(tb2_leaderboard: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return [root / name for name in PAIR]
 
 
+def test_every_trial_file_is_a_record_that_loads(
+    trials: pd.DataFrame, raw: dict[str, list[dict[str, Any]]]
+) -> None:
+    """The import writes records without building them as models: each must load (the
+    `trials` fixture reads every one through the store's validation)."""
+    assert len(trials) == sum(map(len, raw.values()))
+    assert trials.trial_key.is_unique
+
+
 def test_every_score_is_the_leaderboards_own(
     rates: pd.DataFrame, raw: dict[str, list[dict[str, Any]]]
 ) -> None:

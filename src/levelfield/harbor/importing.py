@@ -15,7 +15,6 @@ so an interrupted import loses nothing and is simply run again.
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import os
 from collections import Counter, defaultdict
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import to_json
 
 from levelfield.errors import InputError
 from levelfield.harbor import layout
@@ -39,10 +39,11 @@ from levelfield.harbor.trial_file import (
     seconds_between,
 )
 from levelfield.plan import trial_key
-from levelfield.records import Evidence, Reason, TrialRecord
-from levelfield.store import Store
+from levelfield.records import HarborFacts, Reason, TrialRecord
+from levelfield.store import Row, Store
 
 IMPORTED_POLICY = "imported"
+DEFAULT_WINDOW = TrialRecord.model_fields["window"].default
 ENFORCEMENT = "unknown: imported from Harbor, whose sandboxes' limits were not recorded"
 
 
@@ -88,7 +89,7 @@ def import_harbor(
             run_id = meta.get("run_id") or _run_id(paths, by_label)
             stored = store.stored_keys()
             tally: Counter[str] = Counter()
-            store.commit_many(_new_records(found, run_id, stored, skipped, tally))
+            store.commit_rows(_new_rows(found, run_id, stored, skipped, tally))
             store.set_meta(_meta(meta, run_id, paths, set(by_label), flags))
     counts = {k: len(v) for k, v in by_label.items()}
     return ImportResult(out, tally["new"], tally["already"], tuple(skipped), counts, flags)
@@ -157,17 +158,22 @@ def _harbor_agent(trial: HarborTrial) -> str:
     return f"{name}:{model}" if model else name
 
 
-def _new_records(
+def _new_rows(
     found: list[Labelled],
     run_id: str,
     stored: set[str],
     skipped: list[str],
     tally: Counter[str],
-) -> Iterator[TrialRecord]:
-    """Records of the trials not stored yet, one at a time (the store writes each as it comes,
-    so they are never all held at once); `tally` counts the new and the already stored.
-    Repeats are numbered per (submission, task) in start order, as Harbor's attempts were. A
-    trial whose fields do not validate is skipped with its problem; the others are kept."""
+) -> Iterator[Row]:
+    """Store rows of the trials not stored yet, one at a time (the store writes each as it
+    comes); `tally` counts the new and the already stored. Repeats are numbered per
+    (submission, task) in start order, as Harbor's attempts were.
+
+    What came from the file (`harbor`) is validated as HarborFacts; a trial whose facts do not
+    validate is skipped with its problem, the others are kept. The rest of each record is built
+    here from values of known types, so it is written as JSON without building a TrialRecord:
+    that would cost as much again as parsing the file. tests/integration/test_leaderboard_import.py
+    reads every record of the shared leaderboard back through the store."""
     groups: dict[tuple[str, str], list[Labelled]] = defaultdict(list)
     for item in found:
         groups[(item.label, item.trial.task)].append(item)
@@ -178,22 +184,42 @@ def _new_records(
             if key in stored:
                 tally["already"] += 1
                 continue
+            facts = {**item.trial.facts, "submission": item.label, "job": item.job}
             try:
-                record = TrialRecord.model_validate(_record(item, key, run_id, repeat))
+                HarborFacts.model_validate(facts)
             except ValidationError as exc:
                 skipped.append(f"{item.label}/{item.within}: {exc}")
                 continue
             tally["new"] += 1
-            yield record
+            yield _row(_record(item, facts, key, run_id, repeat))
+
+
+def _row(fields: dict[str, Any]) -> Row:
+    return Row(
+        fields["trial_key"],
+        1,
+        fields["task"],
+        fields["agent"],
+        IMPORTED_POLICY,
+        fields["repeat"],
+        DEFAULT_WINDOW,
+        fields["outcome"].value,
+        fields["reason"].value,
+        fields["started_at"],
+        fields["finished_at"],
+        to_json(fields).decode(),
+    )
 
 
 def _sortable(when: datetime | None) -> str:
     return when.isoformat() if when else ""
 
 
-def _record(item: Labelled, key: str, run_id: str, repeat: int) -> dict[str, Any]:
-    """The fields of a TrialRecord, validated by the caller in one call."""
-    trial, facts = item.trial, item.trial.facts
+def _record(
+    item: Labelled, facts: dict[str, Any], key: str, run_id: str, repeat: int
+) -> dict[str, Any]:
+    """The fields of a TrialRecord that differ from its defaults."""
+    trial = item.trial
     verdict = judge(facts["exception_type"], facts["exception_message"], trial.reward)
     started = trial.started_at or trial.finished_at or datetime.now(UTC)
     finished = trial.finished_at or started
@@ -222,20 +248,13 @@ def _record(item: Labelled, key: str, run_id: str, repeat: int) -> dict[str, Any
             "timed_out": verdict.reason is Reason.VERIFIER_TIMEOUT,
             "duration_s": phase_s.get("verifier", 0.0),
         },
-        "evidence": _evidence(verdict.notes),
+        "evidence": {"notes": verdict.notes},
         "telemetry": {"host": _host(started, started_at)},
-        "harbor": {**facts, "submission": item.label, "job": item.job},
+        "harbor": facts,
         "started_at": started_at,
         "finished_at": finished.isoformat(),
         "duration_s": seconds_between(started, finished) or 0.0,
     }
-
-
-@functools.lru_cache(maxsize=1024)
-def _evidence(notes: tuple[str, ...]) -> Evidence:
-    """One frozen Evidence per distinct set of notes: most trials share the same few, and a
-    model instance passes validation without being rebuilt."""
-    return Evidence(notes=notes)
 
 
 def _host(started: datetime, started_at: str) -> dict[str, Any]:
