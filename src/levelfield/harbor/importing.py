@@ -98,9 +98,9 @@ def import_harbor(
 @contextlib.contextmanager
 def _without_cycle_collection() -> Iterator[None]:
     """An import holds every trial it read until it commits: hundreds of thousands of dicts
-    and models that form no cycle. Python's cycle collector would walk them all again at each
-    full collection, which took 5-10x the validation's own time on the shared leaderboard;
-    plain reference counting frees all of it."""
+    that form no cycle. Python's cycle collector would walk them all again at each full
+    collection (on the shared leaderboard that cost 5-10x the validation's own time); plain
+    reference counting frees all of it."""
     enabled = gc.isenabled()
     gc.disable()
     try:
