@@ -40,8 +40,8 @@ class NotATrial(ValueError):
 @dataclass(frozen=True, slots=True)
 class HarborTrial:
     """A trial as its folder describes it. `task` is normalised (`normalise_task`);
-    `facts` holds the fields of `records.HarborFacts` but `submission` and `job`, validated when
-    the record is (one validation per trial: an import reads tens of thousands)."""
+    `facts` holds the fields of `records.HarborFacts` but `submission` and `job` (known once the
+    folder's place is), validated as HarborFacts when the trial is stored."""
 
     task: str
     reward: float | None
