@@ -124,7 +124,7 @@ def summarize(
     rates = _tidy.task_rates(_tidy.task_counts(lean))
     configs = _configs(trials, lean, rates, ceilings, order, (level, n_resamples, seed))
     comparisons = tuple(
-        compare_rates(rates, by=by, level=level, seed=seed, order=_order(by, order, rates))
+        compare_rates(rates, by=by, level=level, order=_order(by, order, rates))
         for by in _tidy.identity_columns(lean)
         if rates[by].nunique() > 1
     )

@@ -79,7 +79,6 @@ def compare(
     run_b: Annotated[Path | None, typer.Argument(help="A second run to compare with.")] = None,
     by: Annotated[str | None, typer.Option(help="policy, agent (or run, window).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-    seed: Seed = 0,
 ) -> None:
     """Paired comparison by task: one run's policies or agents, or run A against run B."""
     from levelfield.analysis.paired import compare as compare_trials
@@ -90,7 +89,7 @@ def compare(
         raise typer.BadParameter(f"cannot compare by {by!r} here", param_hint="--by")
     trials, order = _stack([load_run_dir(run_a)] + ([load_run_dir(run_b)] if run_b else []))
     with bad_input():
-        result = compare_trials(trials, by=by, seed=seed, order=order if by == "run" else None)
+        result = compare_trials(trials, by=by, order=order if by == "run" else None)
     if not result.pairs:
         Console(stderr=True).print(f"[yellow]nothing to compare: one {by} only[/yellow]")
         raise typer.Exit(2)
