@@ -100,8 +100,10 @@ def lattice_pvalue(units: IntArray) -> float:
     if observed == 0:
         return 1.0
     total = int(magnitudes.sum())
-    values, counts = np.unique(magnitudes[magnitudes > 0], return_counts=True)
-    pmf = flipped_sum_pmf(values, counts)
+    counts = np.bincount(magnitudes)
+    values = np.flatnonzero(counts)
+    values = values[values > 0]
+    pmf = flipped_sum_pmf(values, counts[values])
     lower = float(pmf[: (total - observed) // 2 + 1].sum())
     return min(1.0, 2 * lower)
 

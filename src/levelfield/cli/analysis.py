@@ -56,13 +56,15 @@ def report(
 ) -> None:
     """Scores with CIs, paired comparisons, calibration across ceilings, sensitive tasks."""
     from levelfield.analysis.summary import summarize
-    from levelfield.report import render_card, render_html, render_json, show_summary
+    from levelfield.report import render_card, render_json, show_summary
 
     margin_value = parse_points(margin)
     data = load_run_dir(run_dir)
     with bad_input():
         summary = summarize(data.trials, info=data.info, seed=seed, margin=margin_value)
     if html is not None:
+        from levelfield.report.html import render_html  # matplotlib: only for the page
+
         html.write_text(render_html(summary), encoding="utf-8")
         Console(stderr=True).print(f"wrote {html}")
     if json_out:
