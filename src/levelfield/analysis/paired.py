@@ -245,6 +245,20 @@ def _compare_group(
 ) -> list[PairedComparison]:
     """Every pair (labels[i], labels[j]), i < j, of one group."""
     ia, ib = np.triu_indices(len(matrix.labels), 1)
+    return compare_pairs(matrix, list(zip(ia.tolist(), ib.tolist(), strict=True)), within, level)
+
+
+def compare_pairs(
+    matrix: TaskMatrix,
+    pairs: Sequence[tuple[int, int]],
+    within: tuple[tuple[str, str], ...],
+    level: float,
+) -> list[PairedComparison]:
+    """The pairs (row a, row b) of `matrix`, a − b, with their p-values; `p_holm` is left NaN
+    for the caller to adjust over its family."""
+    if not pairs:
+        return []
+    ia, ib = (np.array(side, dtype=np.int64) for side in zip(*pairs, strict=True))
     estimates = paired_estimates(matrix.values[ia], matrix.values[ib], level)
     out = []
     for i, j, estimate in zip(ia.tolist(), ib.tolist(), estimates, strict=True):

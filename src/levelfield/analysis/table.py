@@ -112,6 +112,7 @@ COLUMNS = (
     "host_free_memory_bytes",
     "host_id",
     "node",
+    "sandbox_provider",
     "error",
     "api_calls",
     "api_latency_s",
@@ -171,6 +172,8 @@ def _row(r: TrialRecord) -> dict[str, Any]:
         "host_free_memory_bytes": h.free_memory_bytes,
         "host_id": h.host_id,
         "node": h.node or h.host_id,
+        # Where an imported trial ran (Harbor's docker, daytona, modal...); our own: the backend.
+        "sandbox_provider": r.harbor.sandbox_provider if r.harbor else r.backend,
         "error": r.error,
         "api_calls": len(calls),
         "api_latency_s": sum(latencies) / len(latencies) if latencies else None,

@@ -1,5 +1,5 @@
-"""The analysis commands: `results`, `report`, `compare` and `power`. Each parses, makes one
-library call and renders.
+"""The analysis commands: `results`, `report`, `compare`, `power` and `leaderboard`. Each parses,
+makes one library call and renders.
 
 Kept importable without the statistics stack: everything heavy is imported inside the command that
 needs it, so `levelfield run` never pays for pandas or statsmodels at start.
@@ -135,9 +135,43 @@ def power(
     show_power(result, wide_console())
 
 
+def leaderboard(
+    run_dir: RunDir,
+    json_out: Annotated[bool, typer.Option("--json", help="Print every figure as JSON.")] = False,
+    html: Annotated[
+        Path | None, typer.Option(help="Write one self-contained HTML page with a forest plot.")
+    ] = None,
+    markdown: Annotated[
+        bool, typer.Option(help="Print the table and findings as Markdown.")
+    ] = False,
+    seed: Seed = 0,
+) -> None:
+    """Is #1 really #1? Ranks every configuration (an imported submission) with its
+    task-clustered CI, the paired gap to the next and to #1 (Holm), simultaneous confidence
+    sets for the ranks, tiers, and the smallest gap the design can detect."""
+    from levelfield.analysis.leaderboard import leaderboard as rank_entries
+    from levelfield.report.leaderboard import render_json, render_markdown, show_leaderboard
+
+    data = load_run_dir(run_dir)
+    with bad_input():
+        board = rank_entries(data.trials, info=data.info, seed=seed)
+    if html is not None:
+        from levelfield.report.leaderboard_html import render_leaderboard_html
+
+        html.write_text(render_leaderboard_html(board), encoding="utf-8")
+        Console(stderr=True).print(f"wrote {html}")
+    if json_out:
+        typer.echo(render_json(board))
+    elif markdown:
+        typer.echo(render_markdown(board))
+    elif html is None:
+        show_leaderboard(board, wide_console())
+
+
 def register(app: typer.Typer) -> None:
-    """Add `results`, `report`, `compare` and `power`."""
+    """Add `results`, `report`, `compare`, `power` and `leaderboard`."""
     app.command("results")(results)
     app.command("report")(report)
     app.command("compare")(compare)
     app.command("power")(power)
+    app.command("leaderboard")(leaderboard)

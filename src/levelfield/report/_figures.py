@@ -44,7 +44,7 @@ _REASON_COLOURS = {
 
 
 @contextmanager
-def _svg(fig_id: str, out: list[str]) -> Iterator[Figure]:
+def svg(fig_id: str, out: list[str]) -> Iterator[Figure]:
     with mpl.rc_context(_RC):
         fig = Figure(layout="constrained")
         yield fig
@@ -73,7 +73,7 @@ def ceiling_figure(summary: RunSummary) -> str:
     clustered CI as a band, one line per agent (and window/run)."""
     policies, ticks = _policy_axis(summary)
     out: list[str] = []
-    with _svg("fig-ceiling", out) as fig:
+    with svg("fig-ceiling", out) as fig:
         fig.set_size_inches(9, 3.6)
         left, right = fig.subplots(1, 2)
         for i, (name, configs) in enumerate(_series(summary).items()):
@@ -118,7 +118,7 @@ def heatmap_figure(summary: RunSummary) -> str | None:
     policies, ticks = _policy_axis(summary)
     matrix = np.array([[r.scores.get(p, math.nan) for p in policies] for r in rows])
     out: list[str] = []
-    with _svg("fig-sensitivity", out) as fig:
+    with svg("fig-sensitivity", out) as fig:
         fig.set_size_inches(min(9, 3.5 + 1.1 * len(policies)), max(2.4, 1.2 + 0.24 * len(rows)))
         ax = fig.subplots()
         image = ax.imshow(100 * matrix, cmap="RdYlGn", vmin=0, vmax=100, aspect="auto")
@@ -146,7 +146,7 @@ def reasons_figure(summary: RunSummary) -> str:
     """Share of trials by outcome reason for each configuration (stacked bars)."""
     reasons = sorted({r for c in summary.configs for r in c.reasons}, key=_reason_rank)
     out: list[str] = []
-    with _svg("fig-reasons", out) as fig:
+    with svg("fig-reasons", out) as fig:
         fig.set_size_inches(9, 1.4 + 0.32 * len(summary.configs))
         ax = fig.subplots()
         labels = [f.label(c) for c in summary.configs]
@@ -176,7 +176,7 @@ def memory_figure(summary: RunSummary) -> str | None:
     if not configs:
         return None
     out: list[str] = []
-    with _svg("fig-memory", out) as fig:
+    with svg("fig-memory", out) as fig:
         fig.set_size_inches(9, 3.4)
         ax = fig.subplots()
         stats = [_box(c) for c in configs]
