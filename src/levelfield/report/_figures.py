@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from levelfield.analysis.summary import ConfigSummary, RunSummary
 from levelfield.report import _format as f
 
+MAX_SERIES = 12  # lines on one axis, each with its own colour and legend entry, still readable
 HEATMAP_ROWS = 30  # beyond ~30 rows the task names stop being readable at page width
 _RC = {"svg.hashsalt": "levelfield", "svg.fonttype": "path", "font.size": 9}
 # Reason colours: greens for passes, greys for the agent's failures, warm for infrastructure.
@@ -68,9 +69,12 @@ def _policy_axis(summary: RunSummary) -> tuple[list[str], list[str]]:
     return policies, [f"{p}\n{f.ceiling(ceilings[p])}" for p in policies]
 
 
-def ceiling_figure(summary: RunSummary) -> str:
+def ceiling_figure(summary: RunSummary) -> str | None:
     """Score (solid), clean score (dashed) and infra error rate against the ceiling, with the
-    clustered CI as a band, one line per agent (and window/run)."""
+    clustered CI as a band, one line per agent (and window/run). None past MAX_SERIES lines
+    (a leaderboard's 55 submissions): the leaderboard's forest plot shows those."""
+    if len(_series(summary)) > MAX_SERIES:
+        return None
     policies, ticks = _policy_axis(summary)
     out: list[str] = []
     with svg("fig-ceiling", out) as fig:

@@ -39,6 +39,8 @@ def render_html(summary: RunSummary) -> str:
             _figure(
                 _figures.ceiling_figure(summary),
                 "Bands and bars: task-clustered CI. Dashed: clean score (infra errors left out).",
+                missing=f"{len(summary.configs)} configurations: a line each would not be "
+                "readable; `levelfield leaderboard RUN --html` draws them as a forest plot.",
             ),
         ),
         _section("decomposition", "Noise removal vs capability unlock", _decomposition(summary)),
@@ -84,9 +86,9 @@ def _section(anchor: str, title: str, body: str) -> str:
     return f"<section id='{anchor}'><h2>{_e(title)}</h2>\n{body}\n</section>"
 
 
-def _figure(svg: str | None, caption: str) -> str:
+def _figure(svg: str | None, caption: str, missing: str = "Not recorded in this run.") -> str:
     if svg is None:
-        return "<p class='note'>Not recorded in this run.</p>"
+        return f"<p class='note'>{_e(missing)}</p>"
     return f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>"
 
 
