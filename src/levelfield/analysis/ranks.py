@@ -18,6 +18,11 @@ t_jk = (θ̂_j − θ̂_k) / se_jk. Its critical value is the `level` quantile o
 rejecting some pairs shrinks the family, lowers the critical value, and the test is repeated
 until nothing more is rejected.
 
+Each observed t_jk divides by an SE estimated from the same n tasks, so its law is Student's t
+with n − 1 df rather than the normal law of the draws: every critical value is carried to t by
+its tail probability (`student`). On 89 tasks this is what brings the simultaneous coverage of
+tied entries from 93.6 % up to the 95 % it claims.
+
 Here the estimates are paired and clustered by task: every entry ran the same tasks, so the
 scores are correlated through the tasks' difficulty, and the joint law is the tasks' own. Z is
 drawn as a Gaussian multiplier over tasks, Z = sum_t g_t ψ_t (g_t ~ N(0, 1), ψ_t the task's
@@ -47,6 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy import special
 from threadpoolctl import threadpool_limits
 
 from levelfield.analysis.estimators import FloatArray, IntArray
@@ -85,6 +91,7 @@ class _Pairs:
     se: FloatArray
     z: FloatArray
     testable: BoolArray
+    df: float
 
 
 def rank_sets(
@@ -151,25 +158,39 @@ def _pairs(values: FloatArray, scores: FloatArray, n_draws: int, seed: int) -> _
         t = np.where(testable, (scores[:, None] - scores[None, :]) / se, 0.0)
     rng = np.random.default_rng(seed)
     z = rng.standard_normal((n_draws, n)) @ influence if n > 1 else np.zeros((n_draws, 1))
-    return _Pairs(t, np.where(testable, se, np.nan), z, testable)
+    return _Pairs(t, np.where(testable, se, np.nan), z, testable, float(n - 1))
 
 
 def step_down(
-    t: FloatArray, largest: Callable[[BoolArray], FloatArray], level: float
+    t: FloatArray,
+    largest: Callable[[BoolArray], FloatArray],
+    level: float,
+    df: float = math.inf,
 ) -> tuple[BoolArray, tuple[float, ...]]:
     """Max-t step-down over hypotheses with observed statistics `t`: which it rejects, and the
     critical value of each step. `largest(standing)` gives, per draw, the largest drawn t over
-    the hypotheses still standing; its `level` quantile is the step's critical value."""
+    the hypotheses still standing; its `level` quantile is the step's critical value, carried
+    to Student's t with `df` degrees of freedom by its tail probability (see `student`)."""
     standing = np.ones(t.size, bool)
     critical: list[float] = []
     while standing.any():
-        c = float(np.quantile(largest(standing), level))
+        c = student(float(np.quantile(largest(standing), level)), df)
         critical.append(c)
         new = standing & (t > c)
         if not new.any():
             break
         standing &= ~new
     return ~standing, tuple(critical)
+
+
+def student(c: float, df: float) -> float:
+    """The t with the normal tail probability of `c`: each observed t_jk is divided by an SE
+    estimated from the same n tasks, so it has Student's t law with n − 1 df, not the normal law
+    of the draws. Without it the simultaneous sets of 10 tied entries on 89 tasks covered 93.6 %
+    instead of 95 % (benchmarks/rank_coverage.py, 500 leaderboards: 2.4 Monte Carlo SEs short)."""
+    if not math.isfinite(df) or df < 1:
+        return c
+    return float(special.stdtrit(df, special.ndtr(c)))
 
 
 def _simultaneous(pairs: _Pairs, level: float) -> tuple[BoolArray, tuple[float, ...]]:
@@ -190,7 +211,7 @@ def _simultaneous(pairs: _Pairs, level: float) -> tuple[BoolArray, tuple[float, 
             np.maximum(out, row_max[j], out=out)
         return out
 
-    rejected, critical = step_down(pairs.t[rows, cols], largest, level)
+    rejected, critical = step_down(pairs.t[rows, cols], largest, level, pairs.df)
     better = np.zeros_like(pairs.testable)
     better[rows[rejected], cols[rejected]] = True
     return better, critical
@@ -212,7 +233,7 @@ def _marginal(pairs: _Pairs, j: int, level: float) -> tuple[tuple[int, int], tup
             out = np.maximum(out, -drawn[:, down].min(axis=1))
         return out
 
-    rejected, critical = step_down(t, largest, level)
+    rejected, critical = step_down(t, largest, level, pairs.df)
     worse, better = rejected[: ks.size].sum(), rejected[ks.size :].sum()
     return (int(1 + better), int(pairs.t.shape[0] - worse)), critical
 
