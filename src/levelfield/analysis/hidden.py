@@ -27,12 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
+from statsmodels.genmod.families import Binomial
+from statsmodels.genmod.generalized_linear_model import GLM
 from statsmodels.tools.sm_exceptions import (
     ConvergenceWarning,
     PerfectSeparationError,
     PerfectSeparationWarning,
 )
+from statsmodels.tools.tools import add_constant
 from threadpoolctl import threadpool_limits
 
 from levelfield.analysis import _tidy
@@ -268,7 +270,7 @@ def _fit(
     dummies = [
         pd.get_dummies(frame[c], prefix=c, drop_first=True, dtype=float) for c in ("task", "config")
     ]
-    fixed = sm.add_constant(pd.concat(dummies, axis=1), has_constant="add").to_numpy()
+    fixed = add_constant(pd.concat(dummies, axis=1), has_constant="add").to_numpy()
     candidates = pd.concat([frame[numeric], *effects], axis=1)
     collinear = _collinear_with(fixed, candidates)
     candidates = candidates.drop(columns=collinear)
@@ -283,7 +285,8 @@ def _fit(
         warnings.simplefilter("always")
         warnings.simplefilter("error", PerfectSeparationWarning)
         warnings.simplefilter("error", ConvergenceWarning)
-        model = sm.GLM(frame["y"].to_numpy(), design, family=sm.families.Binomial())
+        # statsmodels' own modules, not statsmodels.api, which imports its plots and time series
+        model = GLM(frame["y"].to_numpy(), design, family=Binomial())
         result = model.fit(cov_type="cluster", cov_kwds={"groups": groups})
     z = z_value(level)
     out = []
