@@ -52,6 +52,7 @@ def walk_trials(root: Path, read: Callable[[str], T | None]) -> Iterator[Found[T
     an agent's logs may hold files of any name. Paths stay strings: tens of thousands of
     pathlib objects would cost more than the reading."""
     top = os.fspath(root)
+    below = len(top.rstrip(os.sep)) + 1  # os.walk's paths all start with `top`
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames.sort()
         if RESULT_NAME not in filenames:
@@ -59,8 +60,8 @@ def walk_trials(root: Path, read: Callable[[str], T | None]) -> Iterator[Found[T
         trial = read(dirpath)
         if trial is not None:
             dirnames.clear()
-            rel = os.path.relpath(dirpath, top)
-            yield Found(() if rel == os.curdir else tuple(rel.split(os.sep)), trial)
+            rel = dirpath[below:]
+            yield Found(tuple(rel.split(os.sep)) if rel else (), trial)
 
 
 def kind_of(found: list[Found[T]]) -> Kind:
@@ -78,15 +79,22 @@ class Place:
     job: str
 
 
-def place_of(root: Path, kind: Kind, parts: tuple[str, ...], label: str | None) -> Place:
-    if not parts:  # PATH is a trial folder itself
-        return Place(label, f"{root.parent.name}/{root.name}", root.parent.name)
-    job = parts[-2] if len(parts) > 1 else root.name
-    if kind is Kind.LEADERBOARD:
-        return Place(parts[0], "/".join(parts[1:]), job)
-    if kind is Kind.SUBMISSION:
-        return Place(label or root.name, "/".join(parts), job)
-    return Place(label, "/".join((root.name, *parts)), job)
+def placer(root: Path, kind: Kind, label: str | None) -> Callable[[tuple[str, ...]], Place]:
+    """`parts` of a trial folder below `root` → its Place (made once per PATH: called per trial)."""
+    name, parent = root.name, root.parent.name
+
+    def leaderboard(parts: tuple[str, ...]) -> Place:
+        return Place(parts[0], "/".join(parts[1:]), parts[-2] if len(parts) > 1 else name)
+
+    def submission(parts: tuple[str, ...]) -> Place:
+        return Place(label or name, "/".join(parts), parts[-2] if len(parts) > 1 else name)
+
+    def job(parts: tuple[str, ...]) -> Place:
+        if not parts:  # PATH is a trial folder itself
+            return Place(label, f"{parent}/{name}", parent)
+        return Place(label, "/".join((name, *parts)), parts[-2] if len(parts) > 1 else name)
+
+    return {Kind.LEADERBOARD: leaderboard, Kind.SUBMISSION: submission, Kind.JOB: job}[kind]
 
 
 def check_label(paths: list[Path], label: str | None) -> None:
