@@ -66,9 +66,8 @@ def required_tasks(
     Var_task_diff is taken as 0. NaN when a variance is unknown or the gap is not positive."""
     if not gap > 0:
         return math.nan
-    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
-    variance = max(0.0, var_task_diff) + mean_within_var / repeats
-    return float(z * z * variance / gap**2)
+    z = _z_sum(alpha, power)
+    return float(z * z * _task_variance(var_task_diff, mean_within_var, repeats) / gap**2)
 
 
 def detectable_gap(
@@ -80,14 +79,23 @@ def detectable_gap(
     power: float = 0.8,
 ) -> float:
     """The smallest gap `n_tasks` tasks of `repeats` each detect: Miller's sample size solved
-    for the gap, δ = (z_{1−α/2} + z_{1−β}) · sqrt((Var_task_diff + E[σ²]/K) / n). A negative
-    moment estimate of Var_task_diff is taken as 0. `repeats` may be inf: the floor that no
-    number of repeats can lower, set by the tasks alone."""
+    for the gap, δ = (z_{1−α/2} + z_{1−β}) · sqrt((Var_task_diff + E[σ²]/K) / n). `repeats`
+    may be inf: the floor that no number of repeats can lower, set by the tasks alone."""
     if not n_tasks > 0:
         return math.nan
-    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
+    variance = _task_variance(var_task_diff, mean_within_var, repeats)
+    return float(_z_sum(alpha, power) * math.sqrt(variance / n_tasks))
+
+
+def _z_sum(alpha: float, power: float) -> float:
+    return float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))
+
+
+def _task_variance(var_task_diff: float, mean_within_var: float, repeats: float) -> float:
+    """Variance of one task's paired difference at K repeats; a negative moment estimate of
+    Var_task_diff is taken as 0."""
     within = 0.0 if math.isinf(repeats) else mean_within_var / repeats
-    return float(z * math.sqrt((max(0.0, var_task_diff) + within) / n_tasks))
+    return max(0.0, var_task_diff) + within
 
 
 def paired_variances(

@@ -65,8 +65,7 @@ def report(
     if html is not None:
         from levelfield.report.html import render_html  # matplotlib: only for the page
 
-        html.write_text(render_html(summary), encoding="utf-8")
-        Console(stderr=True).print(f"wrote {html}")
+        _write_page(html, render_html(summary))
     if json_out:
         typer.echo(render_json(summary))
     elif card:
@@ -158,14 +157,18 @@ def leaderboard(
     if html is not None:
         from levelfield.report.leaderboard_html import render_leaderboard_html
 
-        html.write_text(render_leaderboard_html(board), encoding="utf-8")
-        Console(stderr=True).print(f"wrote {html}")
+        _write_page(html, render_leaderboard_html(board))
     if json_out:
         typer.echo(render_json(board))
     elif markdown:
         typer.echo(render_markdown(board))
     elif html is None:
         show_leaderboard(board, wide_console())
+
+
+def _write_page(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+    Console(stderr=True).print(f"wrote {path}")
 
 
 def register(app: typer.Typer) -> None:

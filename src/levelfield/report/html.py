@@ -70,9 +70,14 @@ def render_html(summary: RunSummary) -> str:
         _section("time", "By hour of day and by window", _time(summary)),
         _section("card", "Disclosure card", markdown_html(render_card(summary))),
     ]
+    return page(f"levelfield run {run}", parts)
+
+
+def page(title: str, parts: Iterable[str]) -> str:
+    """A whole page around `parts`: inline style, nothing fetched when it is opened."""
     return (
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>levelfield run {_e(run)}</title><style>{CSS}</style></head>\n<body>\n"
+        f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n"
         + "\n".join(parts)
         + "\n</body></html>\n"
     )

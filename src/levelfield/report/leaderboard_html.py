@@ -11,7 +11,7 @@ from levelfield.analysis.estimators import z_value
 from levelfield.analysis.leaderboard import Leaderboard
 from levelfield.report import _figures
 from levelfield.report import _format as f
-from levelfield.report.html import CSS, markdown_html
+from levelfield.report.html import markdown_html, page
 from levelfield.report.leaderboard import render_markdown
 
 _TIER_COLOURS = ("#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a", "#c62828", "#00838f", "#4e342e")
@@ -29,12 +29,7 @@ def render_leaderboard_html(board: Leaderboard) -> str:
         f"<figure>{forest_figure(board)}<figcaption>{_e(caption)}</figcaption></figure>",
         markdown_html(render_markdown(board)),
     ]
-    return (
-        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>leaderboard {_e(run)}</title><style>{CSS}</style></head>\n<body>\n"
-        + "\n".join(body)
-        + "\n</body></html>\n"
-    )
+    return page(f"leaderboard {run}", body)
 
 
 def _e(text: object) -> str:
