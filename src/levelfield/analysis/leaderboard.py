@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from threadpoolctl import threadpool_limits
 
 from levelfield.analysis import _tidy
 from levelfield.analysis.estimators import Estimate, mean_of_tasks
@@ -128,8 +127,7 @@ def leaderboard(
     if len(labels) < 2:
         raise ValueError("a leaderboard needs at least two configurations to rank")
     scores = TaskMatrix.of(rates, "entry", labels, "score")
-    with threadpool_limits(limits=1, user_api="blas"):
-        ranks = rank_sets(scores.values.T, labels, level=level, n_draws=n_draws, seed=seed)
+    ranks = rank_sets(scores.values.T, labels, level=level, n_draws=n_draws, seed=seed)
     order = sorted(range(len(labels)), key=lambda j: (-ranks.scores[j], labels[j]))
     gaps = _gaps(scores, order, level)
     entries = _entries(trials, lean, rates, labels, ranks, level)
@@ -148,8 +146,7 @@ def leaderboard(
         top_gaps_told_apart=sum(1 for g in top_next if g.pair.p_holm < alpha),
         detectable=_detectable(rates, [labels[j] for j in order], alpha),
         providers=providers,
-        providers_confounded=all(len(p.entries) for p in providers)
-        and len({e.provider for e in sorted_entries}) > 1,
+        providers_confounded=_confounded(sorted_entries),
         unpaired=_unpaired(scores),
     )
 
@@ -303,6 +300,12 @@ def _providers(entries: tuple[Entry, ...]) -> tuple[Provider, ...]:
         )
         for name, group in sorted(by_name.items(), key=lambda item: -len(item[1]))
     )
+
+
+def _confounded(entries: tuple[Entry, ...]) -> bool:
+    """Several providers, each entry on one: a provider's figures are then its entries'."""
+    providers = {e.provider for e in entries}
+    return len(providers) > 1 and not any(", " in p for p in providers)
 
 
 def _unpaired(scores: TaskMatrix) -> tuple[str, ...]:
