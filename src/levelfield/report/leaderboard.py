@@ -126,7 +126,8 @@ def findings(board: Leaderboard) -> list[str]:
             f"Ranked by clean score (infra errors left out), {len(moved)} entries move by two "
             f"places or more: {shown}" + (" …" if len(moved) > 6 else ".")
         )
-    lines.append(_provider_sentence(board))
+    if any(p.name != "unknown" for p in board.providers):
+        lines.append(_provider_sentence(board))
     lines.extend(f"Not paired: {note}." for note in board.unpaired)
     return lines
 
