@@ -102,6 +102,7 @@ def test_detectable_gap_is_statsmodels_power_solved_for_the_effect() -> None:
     gap = detectable_gap(var_task_diff, within, k, n)
     assert required_tasks(gap, var_task_diff, within, k) == pytest.approx(n)
     assert detectable_gap(var_task_diff, within, math.inf, n) < gap
+    assert math.isnan(detectable_gap(math.nan, math.nan, math.inf, n))  # K = 1: unknown
 
 
 def test_provider_confound_and_infra_kinds(board) -> None:  # type: ignore[no-untyped-def]

@@ -282,7 +282,7 @@ def _detectable(rates: pd.DataFrame, ordered: list[str], alpha: float) -> Detect
         n_tasks=n_tasks,
         alpha=alpha,
         power=POWER,
-        n_pairs=len(gaps),
+        n_pairs=int(np.sum(np.isfinite(values))),
     )
 
 

@@ -93,9 +93,9 @@ def _z_sum(alpha: float, power: float) -> float:
 
 def _task_variance(var_task_diff: float, mean_within_var: float, repeats: float) -> float:
     """Variance of one task's paired difference at K repeats; a negative moment estimate of
-    Var_task_diff is taken as 0."""
+    Var_task_diff is taken as 0, an unknown one (K = 1 everywhere) stays NaN."""
     within = 0.0 if math.isinf(repeats) else mean_within_var / repeats
-    return max(0.0, var_task_diff) + within
+    return (math.nan if math.isnan(var_task_diff) else max(0.0, var_task_diff)) + within
 
 
 def paired_variances(
