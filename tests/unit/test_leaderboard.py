@@ -20,7 +20,6 @@ from statsmodels.stats.power import NormalIndPower
 from typer.testing import CliRunner
 
 from levelfield.analysis.leaderboard import leaderboard, retry_se
-from levelfield.analysis.paired import compare
 from levelfield.analysis.power import detectable_gap, required_tasks
 from levelfield.analysis.simulate import simulate_trials
 from levelfield.analysis.table import RunData
@@ -163,13 +162,3 @@ def test_cli_leaderboard_variants(
     )
     lonely = run(app, ["leaderboard", str(tmp_path / "lb")])
     assert lonely.exit_code == 2 and "at least two" in lonely.output
-
-
-def test_two_runs_of_differently_named_submissions_compare_as_wholes(trials: pd.DataFrame) -> None:
-    a = trials[trials["agent"] == "alpha"].assign(run="A")
-    b = trials[trials["agent"] == "beta"].assign(run="B")
-    (pair,) = compare(pd.concat([a, b], ignore_index=True), by="run").pairs
-    assert (pair.a, pair.b, pair.estimate.n_tasks) == ("A", "B", 40)
-    by_agent = compare(trials[trials["agent"].isin(["alpha", "beta"])], by="agent").pairs[0]
-    assert pair.estimate.diff == pytest.approx(by_agent.estimate.diff)
-    assert pair.p_value == pytest.approx(by_agent.p_value)

@@ -118,29 +118,27 @@ def compare(
     `order` fixes which side is `a`: pairs are (order[i], order[j]) for i < j. By default policies
     go from the loosest ceiling to the tightest (so "headroom − strict") and other labels sorted.
     Comparing agents or policies of two stacked runs pools the runs (else an agent found only in
-    run A could never meet one found only in run B). Comparing runs whose configurations share
-    no label (two imported submissions, say) compares them as wholes.
+    run A could never meet one found only in run B). Comparing runs whose configurations differ
+    only by a label that names the run (two imported submissions) compares them as wholes.
     """
     counts = _tidy.task_counts(_tidy.check_trials(trials))
-    counts = as_wholes(counts) if by == "run" else _tidy.pool(counts, "run")
+    counts = _tidy.pool(counts, "run") if by != "run" else _pool_run_labels(counts)
     if order is None and by == "policy":
         order = list(reversed(_tidy.policy_order(_tidy.policy_ceilings(trials))))
     return compare_rates(_tidy.task_rates(counts), by=by, metric=metric, level=level, order=order)
 
 
-def as_wholes(counts: pd.DataFrame) -> pd.DataFrame:
-    """Counts of stacked runs, with the labels that tell their configurations apart dropped when
-    no configuration occurs in two runs: then each run is one side of the comparison, whatever
-    its agent or policy is called. Runs that share a configuration are paired within it."""
-    within = [c for c in _tidy.identity_columns(counts) if c != "run"]
-    if counts.groupby(within, sort=False)["run"].nunique().max() > 1:
-        return counts
-    varying = [c for c in within if counts[c].nunique() > 1]
-    merged = counts.drop(columns=[c for c in varying if c != "window"])
-    if "window" in varying:
-        merged["window"] = _tidy.DEFAULT_WINDOW
-    keys = [c for c in merged.columns if c not in ("n_trials", "n_passed", "n_infra")]
-    return merged.groupby(keys, sort=True)[["n_trials", "n_passed", "n_infra"]].sum().reset_index()
+def _pool_run_labels(counts: pd.DataFrame) -> pd.DataFrame:
+    """Runs compared as wholes when a column only says which run a trial is in: one value in
+    each run, another in the other (two imported submissions are each their own agent). Left
+    in, it would pair nothing with nothing."""
+    for column in _tidy.identity_columns(counts):
+        if column == "run" or column not in counts.columns:
+            continue
+        per_run = counts.groupby("run")[column].nunique()
+        if (per_run == 1).all() and counts[column].nunique() == len(per_run) > 1:
+            counts = _tidy.pool(counts, column)
+    return counts
 
 
 def compare_rates(

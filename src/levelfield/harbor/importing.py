@@ -15,6 +15,7 @@ so an interrupted import loses nothing and is simply run again.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 from collections import Counter, defaultdict
@@ -38,7 +39,7 @@ from levelfield.harbor.trial_file import (
     seconds_between,
 )
 from levelfield.plan import trial_key
-from levelfield.records import Reason, TrialRecord
+from levelfield.records import Evidence, Reason, TrialRecord
 from levelfield.store import Store
 
 IMPORTED_POLICY = "imported"
@@ -120,7 +121,7 @@ def _read_path(
     on_progress: Callable[[int], None] | None,
 ) -> list[Labelled]:
     if not root.is_dir():
-        raise InputError(f"{root}: not a directory")
+        raise InputError(f"{root}: {'not a directory' if root.exists() else 'no such directory'}")
     read_so_far = 0
 
     def read(trial_dir: str) -> HarborTrial | None:
@@ -139,9 +140,9 @@ def _read_path(
     found = list(layout.walk_trials(root, read))
     if not found:
         return []
-    kind = layout.kind_of(found)
-    layout.check_label_fits(kind, root, label)
-    place_of = layout.placer(root, kind, label)
+    shape = layout.shape_of(found)
+    layout.check_label_fits(shape, root, label)
+    place_of = layout.placer(root, shape, label)
     labelled = []
     for f in found:
         place = place_of(f.parts)
@@ -221,13 +222,20 @@ def _record(item: Labelled, key: str, run_id: str, repeat: int) -> dict[str, Any
             "timed_out": verdict.reason is Reason.VERIFIER_TIMEOUT,
             "duration_s": phase_s.get("verifier", 0.0),
         },
-        "evidence": {"notes": verdict.notes},
+        "evidence": _evidence(verdict.notes),
         "telemetry": {"host": _host(started, started_at)},
         "harbor": {**facts, "submission": item.label, "job": item.job},
         "started_at": started_at,
         "finished_at": finished.isoformat(),
         "duration_s": seconds_between(started, finished) or 0.0,
     }
+
+
+@functools.lru_cache(maxsize=1024)
+def _evidence(notes: tuple[str, ...]) -> Evidence:
+    """One frozen Evidence per distinct set of notes: most trials share the same few, and a
+    model instance passes validation without being rebuilt."""
+    return Evidence(notes=notes)
 
 
 def _host(started: datetime, started_at: str) -> dict[str, Any]:
@@ -264,6 +272,8 @@ def _meta(
         "source": sources[0],
         "sources": sources,
         "enforcement": ENFORCEMENT,
+        "concurrency": "unknown: Harbor's trial results do not record it",
+        "images": "unknown: Harbor's task images are not in its trial results",
         "policies": {IMPORTED_POLICY: {}},
         "import_flags": {
             **{k: v for k, v in meta.get("import_flags", {}).items() if k not in labels},

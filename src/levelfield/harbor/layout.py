@@ -4,12 +4,14 @@ Three kinds of folder hold Harbor trials, told apart by how deep most trial file
 
     job           PATH/<trial>/result.json
     submission    PATH/<job>/<trial>/result.json                (the leaderboard's unit)
-    leaderboard   PATH/<submission>/<job>/<trial>/result.json
+    leaderboard   PATH/.../<submission>/<job>/<trial>/result.json
 
 A trial's label is its submission's folder name (`--label` names a single job or submission
 instead). A job given alone has no submission folder: its trials keep Harbor's `agent:model`
-name, as levelfield labelled a job before leaderboards. The most common depth decides, so one
-submission whose trials sit without a job folder does not turn a leaderboard into a submission.
+name, as levelfield labelled a job before leaderboards. The most common depth decides, and in a
+leaderboard the submissions are the folders at the level it puts them at: a submission whose
+trials sit without a job folder, or one level deeper, keeps its own name, and a folder above
+the leaderboard (`submissions/terminal-bench/2.0/...`) still labels by submission.
 """
 
 from __future__ import annotations
@@ -32,9 +34,6 @@ class Kind(StrEnum):
     JOB = "job"
     SUBMISSION = "submission"
     LEADERBOARD = "leaderboard"
-
-
-KIND_OF_DEPTH = {1: Kind.JOB, 2: Kind.JOB, 3: Kind.SUBMISSION}  # deeper: a leaderboard
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +63,24 @@ def walk_trials(root: Path, read: Callable[[str], T | None]) -> Iterator[Found[T
             yield Found(tuple(rel.split(os.sep)) if rel else (), trial)
 
 
-def kind_of(found: list[Found[T]]) -> Kind:
-    depth = Counter(len(f.parts) + 1 for f in found).most_common(1)[0][0]
-    return KIND_OF_DEPTH.get(depth, Kind.LEADERBOARD)
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What kind of folder a PATH is; in a leaderboard, at which depth below it (an index
+    into a trial's `parts`) its submission folders lie."""
+
+    kind: Kind
+    submission_level: int = 0
+
+
+def shape_of(found: list[Found[T]]) -> Shape:
+    """By the most common number of folders from PATH down to a trial folder (itself included):
+    1 a job, 2 a submission, 3 or more a leaderboard whose submissions are 3 above the trial."""
+    depth = Counter(len(f.parts) for f in found).most_common(1)[0][0]
+    if depth <= 1:
+        return Shape(Kind.JOB)
+    if depth == 2:
+        return Shape(Kind.SUBMISSION)
+    return Shape(Kind.LEADERBOARD, depth - 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,22 +93,26 @@ class Place:
     job: str
 
 
-def placer(root: Path, kind: Kind, label: str | None) -> Callable[[tuple[str, ...]], Place]:
+def placer(root: Path, shape: Shape, label: str | None) -> Callable[[tuple[str, ...]], Place]:
     """`parts` of a trial folder below `root` → its Place (made once per PATH: called per trial)."""
-    name, parent = root.name, root.parent.name
+    name, parent, level = root.name, root.parent.name, shape.submission_level
+
+    def job_of(parts: tuple[str, ...]) -> str:
+        return parts[-2] if len(parts) > 1 else name
 
     def leaderboard(parts: tuple[str, ...]) -> Place:
-        return Place(parts[0], "/".join(parts[1:]), parts[-2] if len(parts) > 1 else name)
+        at = min(level, len(parts) - 2) if len(parts) > 1 else 0
+        return Place(parts[at], "/".join(parts[at + 1 :]), job_of(parts))
 
     def submission(parts: tuple[str, ...]) -> Place:
-        return Place(label or name, "/".join(parts), parts[-2] if len(parts) > 1 else name)
+        return Place(label or name, "/".join(parts), job_of(parts))
 
     def job(parts: tuple[str, ...]) -> Place:
         if not parts:  # PATH is a trial folder itself
             return Place(label, f"{parent}/{name}", parent)
-        return Place(label, "/".join((name, *parts)), parts[-2] if len(parts) > 1 else name)
+        return Place(label, "/".join((name, *parts)), job_of(parts))
 
-    return {Kind.LEADERBOARD: leaderboard, Kind.SUBMISSION: submission, Kind.JOB: job}[kind]
+    return {Kind.LEADERBOARD: leaderboard, Kind.SUBMISSION: submission, Kind.JOB: job}[shape.kind]
 
 
 def check_label(paths: list[Path], label: str | None) -> None:
@@ -104,8 +122,8 @@ def check_label(paths: list[Path], label: str | None) -> None:
         raise InputError("--label must not be empty")
 
 
-def check_label_fits(kind: Kind, root: Path, label: str | None) -> None:
-    if label is not None and kind is Kind.LEADERBOARD:
+def check_label_fits(shape: Shape, root: Path, label: str | None) -> None:
+    if label is not None and shape.kind is Kind.LEADERBOARD:
         raise InputError(
             f"{root} is a leaderboard (a folder of submissions): each is labelled by its folder "
             "name, so --label does not apply; import one submission to label it"

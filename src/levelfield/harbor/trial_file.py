@@ -25,9 +25,11 @@ RESULT_NAME = "result.json"
 PHASES = ("environment_setup", "agent_setup", "agent_execution", "verifier")
 MESSAGE_CHARS = 2000  # a message, not a log: Docker compose errors quote whole command lines
 # config keys whose value, when set, replaced what the task asked for
-_AGENT_OVERRIDES = ("override_timeout_sec", "max_timeout_sec", "override_setup_timeout_sec")
-_VERIFIER_OVERRIDES = ("override_timeout_sec", "max_timeout_sec")
-_ENVIRONMENT_OVERRIDES = ("override_cpus", "override_memory_mb", "override_storage_mb")
+_OVERRIDES = (
+    ("agent", ("override_timeout_sec", "max_timeout_sec", "override_setup_timeout_sec")),
+    ("verifier", ("override_timeout_sec", "max_timeout_sec")),
+    ("environment", ("override_cpus", "override_memory_mb", "override_storage_mb")),
+)
 _SEPARATORS = re.compile(r"[._\s]+")
 
 
@@ -118,13 +120,12 @@ def _text(value: Any) -> str | None:
 
 def _overrides(config: dict[str, Any]) -> dict[str, float | None]:
     found: dict[str, float | None] = {}
-    for section, keys in (
-        ("agent", _AGENT_OVERRIDES),
-        ("verifier", _VERIFIER_OVERRIDES),
-        ("environment", _ENVIRONMENT_OVERRIDES),
-    ):
-        values = config.get(section) or {}
-        found |= {f"{section}.{k}": values[k] for k in keys if values.get(k) is not None}
+    for section, keys in _OVERRIDES:
+        values = config.get(section)
+        if values:
+            for key in keys:
+                if (value := values.get(key)) is not None:
+                    found[f"{section}.{key}"] = value
     return found
 
 
@@ -132,7 +133,7 @@ def _phase_seconds(data: dict[str, Any]) -> dict[str, float]:
     found = {}
     for phase in PHASES:
         span = data.get(phase)
-        if isinstance(span, dict):
+        if span and isinstance(span, dict):
             seconds = seconds_between(_time(span.get("started_at")), _time(span.get("finished_at")))
             if seconds is not None:
                 found[phase] = seconds
