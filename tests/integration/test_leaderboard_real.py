@@ -8,36 +8,25 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
-import tarfile
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, require
-
-SHARED = Path(os.environ.get("LEVELFIELD_SHARED_DIR", REPO.parent / "shared"))
-ARCHIVE = SHARED / "tb2-leaderboard" / "submissions.tar.gz"
-
 
 @pytest.fixture(scope="module")
-def board(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
-    require([] if ARCHIVE.is_file() else [str(ARCHIVE)], "the shared leaderboard archive")
-    root = tmp_path_factory.mktemp("tb2")
-    with tarfile.open(ARCHIVE) as tar:
-        tar.extractall(root / "data", filter="data")
-    run = root / "run"
+def board(tb2_leaderboard: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    run = tmp_path_factory.mktemp("tb2-run") / "run"
     levelfield = [sys.executable, "-m", "levelfield"]
     subprocess.run(
-        [*levelfield, "import", "harbor", str(root / "data"), "--out", str(run)], check=True
+        [*levelfield, "import", "harbor", str(tb2_leaderboard), "--out", str(run)], check=True
     )
     out = subprocess.run(
         [*levelfield, "leaderboard", str(run), "--json"], check=True, capture_output=True, text=True
     )
-    return json.loads(out.stdout), root / "data"
+    return json.loads(out.stdout), tb2_leaderboard
 
 
 def _rewards(data: Path) -> dict[str, dict[str, list[float]]]:
