@@ -57,7 +57,9 @@ from threadpoolctl import threadpool_limits
 
 from levelfield.analysis.estimators import FloatArray, IntArray
 
-N_DRAWS = 4000  # the 95 % quantile of a max over 1,485 pairs moves by ~0.02 in t at 4,000 draws
+# The critical value for the shared leaderboard's 1,485 pairs (about 4.15) moves by an SD of
+# 0.04 from seed to seed at 4,000 draws (measured, 6 seeds); 4x the draws would halve it.
+N_DRAWS = 4000
 BoolArray = NDArray[np.bool_]
 
 
