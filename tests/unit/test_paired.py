@@ -139,3 +139,15 @@ def test_decompose_parts_sum_to_delta_and_cis_bracket_estimates() -> None:
         (d.capability_unlock, d.capability_unlock_ci),
     ]:
         assert ci[0] <= value <= ci[1]
+
+
+def test_two_runs_in_different_windows_compare_as_wholes() -> None:
+    from levelfield.analysis.simulate import simulate_trials
+
+    runs = [
+        simulate_trials(n_tasks=10, agents=("x",), policies={"p": 3.0}, repeats=2, seed=seed)
+        .assign(run=run, window=window)
+        for seed, run, window in ((1, "A", "morning"), (2, "B", "evening"))
+    ]
+    (pair,) = compare(pd.concat(runs, ignore_index=True), by="run").pairs
+    assert (pair.a, pair.b, pair.estimate.n_tasks) == ("A", "B", 10)

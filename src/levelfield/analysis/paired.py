@@ -138,6 +138,8 @@ def _pool_run_labels(counts: pd.DataFrame) -> pd.DataFrame:
         per_run = counts.groupby("run")[column].nunique()
         if (per_run == 1).all() and counts[column].nunique() == len(per_run) > 1:
             counts = _tidy.pool(counts, column)
+            if column == "window":  # every table has a window: the pooled one is the default
+                counts = counts.assign(window=_tidy.DEFAULT_WINDOW)
     return counts
 
 
