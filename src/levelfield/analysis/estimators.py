@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats
+from scipy import special
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -68,7 +68,7 @@ class VarianceComponents:
 
 def z_value(level: float) -> float:
     """Two-sided normal quantile for a central interval at `level` (0.95 → 1.96)."""
-    return float(stats.norm.ppf(0.5 + level / 2))
+    return float(special.ndtri(0.5 + level / 2))
 
 
 def task_means(y: FloatArray, task: IntArray) -> tuple[FloatArray, IntArray]:

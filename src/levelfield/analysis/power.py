@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
-from scipy import stats
+from scipy import special
 
 from levelfield.analysis import _tidy
 from levelfield.analysis.estimators import FloatArray, VarianceComponents, components_from_sums
@@ -88,7 +88,7 @@ def detectable_gap(
 
 
 def _z_sum(alpha: float, power: float) -> float:
-    return float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))
+    return float(special.ndtri(1 - alpha / 2) + special.ndtri(power))
 
 
 def _task_variance(var_task_diff: float, mean_within_var: float, repeats: float) -> float:

@@ -27,7 +27,7 @@ from fractions import Fraction
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import special, stats
+from scipy import special
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -58,7 +58,7 @@ def sign_flip_pvalue(d: FloatArray) -> tuple[float, str]:
     if d.size <= EXACT_MAX_N:
         return enumerated_pvalue(d), EXACT
     scale = math.sqrt(float(np.sum(d * d)))
-    return float(2 * stats.norm.sf(abs(float(d.sum())) / scale)), NORMAL
+    return float(2 * special.ndtr(-abs(float(d.sum())) / scale)), NORMAL
 
 
 def lattice_units(d: FloatArray) -> IntArray | None:

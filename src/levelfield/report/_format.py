@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from levelfield.analysis._tidy import DEFAULT_WINDOW
-from levelfield.analysis.calibration import Calibration
-from levelfield.analysis.decomposition import Decomposition
-from levelfield.analysis.estimators import Estimate
-from levelfield.analysis.paired import PairedComparison
-from levelfield.analysis.summary import ConfigSummary, Metric
+
+if TYPE_CHECKING:  # annotations only: the leaderboard's report need not import the run's
+    from levelfield.analysis.calibration import Calibration
+    from levelfield.analysis.decomposition import Decomposition
+    from levelfield.analysis.estimators import Estimate
+    from levelfield.analysis.paired import PairedComparison
+    from levelfield.analysis.summary import ConfigSummary, Metric
 
 MINUS = "−"  # U+2212: a sign, not a hyphen, lines up in tables
 
