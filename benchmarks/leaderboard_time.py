@@ -30,10 +30,11 @@ from pathlib import Path
 BUDGET_S = 4.0
 ARCHIVE = Path(__file__).resolve().parents[1] / ".." / "shared" / "tb2-leaderboard"
 LEVELFIELD = [sys.executable, "-m", "levelfield"]
-IMPORTS = (
-    "import levelfield.cli.app, levelfield.analysis.summary, levelfield.analysis.leaderboard, "
-    "levelfield.report.terminal, levelfield.report.leaderboard"
-)
+IMPORTS = {
+    "report": "import levelfield.cli.app, levelfield.analysis.summary, levelfield.report.terminal",
+    "leaderboard": "import levelfield.cli.app, levelfield.analysis.leaderboard, "
+    "levelfield.report.leaderboard",
+}
 
 
 def timed(argv: list[str]) -> tuple[float, float]:
@@ -73,12 +74,9 @@ def main(run: Path | None, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run = run or imported(Path(tmp))
         cache = run / "table-cache.npz"
-        print(
-            line(
-                "baseline: imports only",
-                [timed([sys.executable, "-c", IMPORTS]) for _ in range(rounds)],
-            )
-        )
+        for name, code in IMPORTS.items():
+            imports = [timed([sys.executable, "-c", code]) for _ in range(rounds)]
+            print(line(f"baseline: {name}'s imports only", imports))
         for command in (
             ["report"],
             ["leaderboard"],
