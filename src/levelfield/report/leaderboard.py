@@ -79,8 +79,10 @@ def _gap(gap: Gap | None) -> str:
 def _holm(gap: Gap | None, alpha: float) -> str:
     if gap is None:
         return ""
-    mark = " *" if gap.pair.p_holm < alpha else ""
-    return f.p_value(gap.pair.p_holm) + mark
+    p = gap.pair.p_holm
+    mark = " *" if p < alpha else ""
+    # Three decimals near the threshold, so that 0.049 never prints as a distinguishable "0.05".
+    return (f"{p:.3f}" if 0.01 <= p < 0.1 else f.p_value(p)) + mark
 
 
 def findings(board: Leaderboard) -> list[str]:
