@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from levelfield.analysis import table_cache
 from levelfield.records import TrialRecord
 from levelfield.store import reading
 
@@ -26,11 +27,19 @@ class RunData:
 
 
 def load_run(run_dir: Path) -> RunData:
-    with reading(Path(run_dir)) as store:
+    """The run's metadata and tidy table. The table is kept in RUN/table-cache.npz for the
+    store's current content (table_cache.py): a leaderboard's 24,000 records take seconds to
+    validate, the cached table a tenth of one."""
+    run_dir = Path(run_dir)
+    with reading(run_dir) as store:
         info = store.meta()
-        records = list(store.records())
-    info.setdefault("run_dir", str(Path(run_dir).resolve()))
-    return RunData(info, trials_frame(records))
+        version = store.version()
+        frame = table_cache.read(run_dir, version)
+        if frame is None:
+            frame = trials_frame(list(store.records()))
+            table_cache.write(run_dir, version, frame)
+    info.setdefault("run_dir", str(run_dir.resolve()))
+    return RunData(info, frame)
 
 
 def trials_frame(records: list[TrialRecord]) -> pd.DataFrame:
@@ -103,6 +112,7 @@ COLUMNS = (
     "host_free_memory_bytes",
     "host_id",
     "node",
+    "sandbox_provider",
     "error",
     "api_calls",
     "api_latency_s",
@@ -162,6 +172,8 @@ def _row(r: TrialRecord) -> dict[str, Any]:
         "host_free_memory_bytes": h.free_memory_bytes,
         "host_id": h.host_id,
         "node": h.node or h.host_id,
+        # Where an imported trial ran (Harbor's docker, daytona, modal...); our own: the backend.
+        "sandbox_provider": r.harbor.sandbox_provider if r.harbor else r.backend,
         "error": r.error,
         "api_calls": len(calls),
         "api_latency_s": sum(latencies) / len(latencies) if latencies else None,
