@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from levelfield.records import Outcome, Reason
 from levelfield.sandbox._cgroup import PREFIX, detect
 
 from ..conftest import MakeTask
-from ._helpers import leftovers, run_one, run_records, run_with_policy
+from ._helpers import leftovers, run_one, run_records, run_with_policy, stored_count
 
 pytestmark = pytest.mark.sandbox
 
@@ -184,19 +185,30 @@ def test_background_processes_live_until_the_verifier_then_nothing_is_left(
     assert not list((tmp_path / "r" / "trials").glob("*/work/*"))  # workspaces removed
 
 
-def test_a_missing_solution_is_the_agents_error_and_the_run_goes_on(
+def test_a_missing_solution_or_trajectory_is_refused_before_the_run(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
-    make_task("fine")
+    """Bad input, not the agent's failure: the run is refused with every such task named, as a
+    user meets it on the command line (exit 2), and no trial is stored. Before, each trial was
+    stored as failed/agent_error."""
+    make_task("fine", files={"trajectories/lean.json": '{"steps": [{"command": "true"}]}'})
     broken = make_task("no-solution")
     (broken / "solution" / "solve.sh").unlink()
-    records = {r.task: r for r in run_records(broken.parent, tmp_path / "r")}
-    assert records["fine"].outcome is Outcome.PASSED
-    assert (records["no-solution"].outcome, records["no-solution"].reason) == (
-        Outcome.FAILED,
-        Reason.AGENT_ERROR,
-    )
-    assert "solve.sh: missing" in (records["no-solution"].error or "")
+    dataset = broken.parent
+    for agent, problem in (
+        ("oracle", "no-solution: " + str(broken / "solution" / "solve.sh") + " is missing"),
+        ("replay:lean", "trajectories/lean.json: trajectory not found"),
+    ):
+        out = tmp_path / agent.replace(":", "-")
+        done = subprocess.run(
+            [sys.executable, "-m", "levelfield", "run", str(dataset), "--agent", agent,
+             "--out", str(out)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert problem in " ".join((done.stdout + done.stderr).split()), done.stderr
+        assert "fine:" not in done.stderr  # the task that has its input is not named
+        assert stored_count(out) == 0
 
 
 def test_a_floor_the_host_can_never_hold_is_refused_as_an_infra_error(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -118,6 +118,17 @@ _AGENTS: Mapping[str, str] = {
     "codex": "levelfield.agents.command",
     "gemini-cli": "levelfield.agents.command",
 }
+
+
+def refuse_unrunnable(
+    agent: str, tasks: Sequence[Task], problem: Callable[[Task], str | None]
+) -> None:
+    """An agent's `check(tasks)`: a per-task input it lacks (a solution, a trajectory) is bad
+    input, so the run is refused before its first trial, naming every such task, rather than
+    each trial being booked as the agent's failure."""
+    problems = [f"{task.name}: {found}" for task in tasks if (found := problem(task))]
+    if problems:
+        raise RunConfigError(f"agent {agent}: " + "; ".join(problems))
 
 
 def agent_kinds() -> Sequence[str]:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
-from levelfield.agents import AgentOptions, AgentRun, DrawPoint
+from levelfield.agents import AgentOptions, AgentRun, DrawPoint, refuse_unrunnable
 from levelfield.errors import AgentError
 from levelfield.sandbox import Sandbox
 from levelfield.tasks import Task
@@ -15,6 +16,11 @@ SOLVE = "bash /solution/solve.sh"
 class OracleAgent:
     name = "oracle"
     needs_network = False
+
+    def check(self, tasks: Sequence[Task]) -> None:
+        """A task without solution/solve.sh is refused before the run: the oracle has nothing
+        to run there, which says nothing of the environment it measures."""
+        refuse_unrunnable(self.name, tasks, _missing_solution)
 
     def run(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentRun:
         if not task.has_solution:
@@ -29,6 +35,10 @@ class OracleAgent:
             "duration_s": round(phase.duration_s, 3),
         }
         return AgentRun(phase, (step,))
+
+
+def _missing_solution(task: Task) -> str | None:
+    return None if task.has_solution else f"{task.solution_dir / 'solve.sh'} is missing"
 
 
 def create(spec: str, options: AgentOptions, at: DrawPoint) -> OracleAgent:
