@@ -60,8 +60,11 @@ def test_cpu_bound_work_is_throttled_under_its_cpu_ceiling(
 def test_fork_bomb_hits_the_pids_ceiling_and_the_host_is_unaffected(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
-    bomb = "bomb() { bomb | bomb & }; bomb; sleep 30"
-    task = make_task("bomb", solve=bomb, agent_timeout=4, memory_mb=512)
+    # The agent phase ends once the sandbox's own PID namespace is at the ceiling, so that the
+    # verdict does not race the timeout where forks are slow (the cgroup v2 VM emulates its CPU).
+    at_ceiling = "until [ \"$(ls /proc | grep -c '^[0-9]')\" -ge 60 ]; do sleep 0.1; done"
+    bomb = f"(bomb() {{ bomb | bomb & }}; bomb); {at_ceiling}; sleep 1"
+    task = make_task("bomb", solve=bomb, agent_timeout=120, memory_mb=512)
     tight = Policy(name="tight-pids", pids_max=64)
     record = run_with_policy(task, tmp_path / "bomb", tight)
     assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.PIDS_EXHAUSTED)
