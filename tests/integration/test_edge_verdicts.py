@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -36,10 +35,10 @@ def _notes(record: TrialRecord) -> str:
 
 # Terminal-Bench's shape: pytest never starts, no report, and test.sh writes 0 all the same.
 UNGRADED = """uvx-missing pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py
-if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi"""
+if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt
+else echo 0 > /logs/verifier/reward.txt; fi"""
 
 
-@pytest.mark.cgroup2
 def test_an_agent_timeout_then_a_verifier_that_could_not_grade_is_an_infra_error(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
@@ -164,9 +163,7 @@ def test_a_kill_by_an_oom_above_the_trials_own_ceiling_is_host_pressure(
     assert record.evidence.oom_kills >= 1 and record.evidence.outside_oom_kills >= 1
     assert (record.evidence.host_oom_kills or 0) >= 1
     (note,) = [n for n in record.evidence.notes if n.startswith("the kernel's OOM killer")]
-    assert f"at the limit of /" in note and note.split(", at the limit of ")[1].startswith(
-        "/"
-    )
+    assert ", at the limit of /" in note  # a cgroup's limit (an ancestor), not the host's
     assert f"{small_parent.name}, a limit that is not the trial's own ceiling" in note
     assert "python3" in note and "oom_memcg=" in note
     assert leftovers(record.run_id, out) == []
@@ -176,7 +173,6 @@ FILL_THEN_EMPTY = "dd if=/dev/zero of=/app/blob bs=1M count=64; rm -f /app/blob;
 SAY_FULL = "echo 'pip: [Errno 28] No space left on device' >&2; exit 1"
 
 
-@pytest.mark.cgroup2
 def test_a_full_disk_is_decided_by_the_disk_not_by_what_the_agent_printed(
     make_task: MakeTask, tmp_path: Path
 ) -> None:

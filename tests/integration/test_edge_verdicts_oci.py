@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from levelfield.records import Outcome, Reason, TrialRecord
 from levelfield.tasks import load_task
 
 from ..conftest import MakeTask, require
-from .test_oci import _run, backend, engine, stand_ins  # noqa: F401 (fixtures)
+from .test_oci import ENGINES, _run, backend, engine, stand_ins  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.oci, pytest.mark.sandbox]
 
@@ -222,3 +223,87 @@ def test_a_grader_whose_package_index_is_down_is_an_infra_error(
     note = _graded_nothing(record)
     assert "503" in note, note
     assert not any(n.startswith("the grader could not run") for n in record.evidence.notes)
+
+
+# --- the engine's own disk full, with no ceiling of the trial's --------------------------------
+
+ENGINE_DISK_MB = 512
+BASE_IMAGE = "debian:bookworm-slim"  # the stand-in every engine here holds
+FILL_THE_ENGINE = "dd if=/dev/zero of=/root/fill bs=1M count=2048; sleep 2; rm /root/fill; exit 1"
+
+
+def _wait_answering(socket: Path, proc: subprocess.Popen[bytes], log: Path) -> None:
+    from ._chaos import wait_for
+
+    ping = ["curl", "-fsS", "--max-time", "2", "--unix-socket", str(socket), "http://d/_ping"]
+    wait_for(lambda: proc.poll() is not None or subprocess.run(ping, capture_output=True)
+             .returncode == 0, "a private engine", timeout_s=120)  # fmt: skip
+    assert proc.poll() is None, log.read_text(errors="replace")[-2000:]
+
+
+@pytest.fixture
+def engine_on_a_small_disk(tmp_path: Path, stand_ins: str) -> Iterator[str]:
+    """A private engine of the kind under test whose storage is a 512 MiB ext4 disk, loop-mounted,
+    holding only the base image: a container's uncapped writes fill the engine's own disk. Its
+    socket and exec root live under /run: a socket path is limited to 108 bytes."""
+    from levelfield.sandbox._workspace import mount_ext4, unmount
+
+    require([t for t in ("curl", "dockerd" if stand_ins == "docker" else "podman")
+             if shutil.which(t) is None], "a private engine")  # fmt: skip
+    disk = tmp_path / "engine-disk"
+    disk.mkdir()
+    mount_ext4(tmp_path / "engine-disk.img", disk, ENGINE_DISK_MB << 20)
+    run = Path(f"/run/levelfield-edge-{os.getpid()}-{tmp_path.name[-6:]}")
+    run.mkdir()
+    socket, log = run / "engine.sock", tmp_path / "engine.log"
+    if stand_ins == "podman":
+        store = ["podman", "--root", str(disk / "storage"), "--runroot", str(run / "state")]
+        argv = [*store, "system", "service", "--time=0", f"unix://{socket}"]
+        load = (f"podman save {BASE_IMAGE} | {' '.join(store)} load", [])
+    else:
+        argv = ["dockerd", "--host", f"unix://{socket}", "--data-root", str(disk / "docker"),
+                "--exec-root", str(run / "exec"), "--pidfile", str(run / "dockerd.pid"),
+                "--iptables=false", "--ip-masq=false", "--bridge=none"]  # fmt: skip
+        main = ENGINES["docker"].removeprefix("unix://")
+        load = (f"docker -H unix://{main} save {BASE_IMAGE} | docker -H unix://{socket} load", [])
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_answering(socket, proc, log)
+        subprocess.run(load[0], shell=True, check=True, capture_output=True, timeout=300)
+        yield f"unix://{socket}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["umount", "-R", "-l", str(run)], capture_output=True)
+        shutil.rmtree(run, ignore_errors=True)
+        unmount(disk)
+
+
+def test_the_engines_own_disk_full_with_no_ceiling_is_host_pressure(
+    make_task: MakeTask, tmp_path: Path, engine_on_a_small_disk: str
+) -> None:
+    """An uncapped trial writes until the engine's disk is full, waits, cleans up and fails.
+    No ceiling of its own was hit: the disk under its writable layer ran out, which the engine's
+    free space shows. Before: failed/tests_failed, booked against the agent."""
+    from levelfield.sandbox import BackendOptions, oci
+
+    root = make_task("fill", solve=FILL_THE_ENGINE, agent_timeout=120)
+    run_id = f"disk-{os.getpid()}"
+    backend = oci.OciBackend(BackendOptions(run_id, tmp_path), oci.OciSettings(
+        base_url=engine_on_a_small_disk))  # fmt: skip
+    try:
+        record = _run(backend, load_task(root), "uncapped", tmp_path / "run")
+    finally:
+        backend.reap(run_id)
+    assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.HOST_PRESSURE)
+    assert record.limits["storage_ceiling_bytes"] is None and record.evidence.host_disk_full
+    assert (record.evidence.host_disk_free_min_bytes or 0) < (ENGINE_DISK_MB << 20) * 0.05
+    assert "No space left on device" in (record.agent_phase.output_tail if record.agent_phase
+                                         else "")  # fmt: skip
+    (note,) = [n for n in record.evidence.notes if n.startswith("the host filesystem taking")]
+    assert "the host's or the engine's disk ran out" in note

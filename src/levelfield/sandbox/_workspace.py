@@ -30,9 +30,11 @@ LOG_SUBDIRS = ("agent", "verifier", "artifacts")
 # leaves up to 1 MiB), so "full" is free space under 1 MiB or 1 % of the disk.
 FULL_BELOW_BYTES = 1 << 20
 FULL_BELOW_FRACTION = 0.01
-# The host's filesystem is "full" for a trial's uncapped writes below this: package installs and
-# builds write in tens of MiB, so less than 64 MiB free fails them as surely as none does.
+# The host's filesystem is "full" for a trial's uncapped writes below the smaller of these: on a
+# big disk, package installs and builds write in tens of MiB, so less than 64 MiB free fails them
+# as surely as none does; a small disk (a 48 MiB run directory) is not full at 39 MiB free.
 HOST_FULL_BELOW_BYTES = 64 << 20
+HOST_FULL_BELOW_FRACTION = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,7 @@ class HostDiskWatch:
 
     path: Path | None
     least_free_bytes: int | None = None
+    capacity_bytes: int | None = None
 
     def read(self) -> None:
         if self.path is None:
@@ -97,11 +100,14 @@ class HostDiskWatch:
         free = st.f_bfree * st.f_frsize  # the trial writes as root: reserved blocks count
         least = self.least_free_bytes
         self.least_free_bytes = free if least is None else min(least, free)
+        self.capacity_bytes = st.f_blocks * st.f_frsize
 
     @property
     def full(self) -> bool:
-        least = self.least_free_bytes
-        return least is not None and least < HOST_FULL_BELOW_BYTES
+        least, capacity = self.least_free_bytes, self.capacity_bytes
+        if least is None or capacity is None:
+            return False
+        return least < min(HOST_FULL_BELOW_BYTES, HOST_FULL_BELOW_FRACTION * capacity)
 
 
 def create_workspace(
