@@ -20,12 +20,10 @@ class OracleAgent:
     def check(self, tasks: Sequence[Task]) -> None:
         """A task without solution/solve.sh is refused before the run: the oracle has nothing
         to run there, which says nothing of the environment it measures."""
-        refuse_unrunnable(self.name, tasks, _missing_solution)
+        refuse_unrunnable(self.name, tasks, _require_solution)
 
     def run(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentRun:
-        if not task.has_solution:
-            missing = task.solution_dir / "solve.sh"
-            raise AgentError(f"{missing}: missing, the oracle has nothing to run")
+        _require_solution(task)
         box.copy_in(task.solution_dir, PurePosixPath("/solution"))
         phase = box.exec(SOLVE, timeout_s=timeout_s, log_path=trial_dir / "agent.log")
         step = {
@@ -37,8 +35,10 @@ class OracleAgent:
         return AgentRun(phase, (step,))
 
 
-def _missing_solution(task: Task) -> str | None:
-    return None if task.has_solution else f"{task.solution_dir / 'solve.sh'} is missing"
+def _require_solution(task: Task) -> None:
+    if not task.has_solution:
+        missing = task.solution_dir / "solve.sh"
+        raise AgentError(f"{missing} is missing: the oracle has nothing to run")
 
 
 def create(spec: str, options: AgentOptions, at: DrawPoint) -> OracleAgent:

@@ -105,14 +105,7 @@ class PopulationAgent:
     def check(self, tasks: Sequence[Task]) -> None:
         """Every task's population loads, or the run is refused before its first trial: a
         missing file is bad input, not a failure to book against the agent."""
-        refuse_unrunnable(self.name, tasks, self._problem)
-
-    def _problem(self, task: Task) -> str | None:
-        try:
-            load_population(self.population_path(task))
-        except AgentError as exc:
-            return str(exc)
-        return None
+        refuse_unrunnable(self.name, tasks, lambda t: load_population(self.population_path(t)))
 
     def draw(self, task: Task) -> str:
         population = load_population(self.population_path(task))

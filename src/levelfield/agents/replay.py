@@ -63,14 +63,7 @@ class ReplayAgent:
 
     def check(self, tasks: Sequence[Task]) -> None:
         """Every task's trajectory loads, or the run is refused before its first trial."""
-        refuse_unrunnable(self.name, tasks, self._problem)
-
-    def _problem(self, task: Task) -> str | None:
-        try:
-            load_trajectory(self.trajectory_path(task))
-        except AgentError as exc:
-            return str(exc)
-        return None
+        refuse_unrunnable(self.name, tasks, lambda t: load_trajectory(self.trajectory_path(t)))
 
     def run(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentRun:
         trajectory = load_trajectory(self.trajectory_path(task))
