@@ -193,8 +193,8 @@ def unexplained_kill(log: PhaseLog) -> str | None:
     reward's: the agent may have sent it itself (`kill -9 -1`), which must not become an infra
     error; the kernel's OOM killer, the trial's or the host's, is in `oom_kills` when it acted."""
     evidence = log.evidence
-    if evidence is None or evidence.oom_kills > 0:
-        return None
+    if evidence is None or evidence.oom_kills > 0 or evidence.host_oom_kills is None:
+        return None  # no host reading (a remote engine): the sandbox says what it could not see
     phases = {"agent setup": log.setup.phase if log.setup else None}
     phases |= {"agent": log.agent, "verifier": log.verifier}
     killed = [
@@ -206,13 +206,11 @@ def unexplained_kill(log: PhaseLog) -> str | None:
         return None
     if evidence.host_oom_kills == 0:
         host = "the host's OOM killer did not act while it ran (/proc/vmstat oom_kill unchanged)"
-    elif evidence.host_oom_kills:
+    else:
         host = (
             f"the host's OOM killer killed {evidence.host_oom_kills} process(es) while it ran, "
             "none of this trial's by the kernel log"
         )
-    else:
-        host = "the host's OOM counter was not read"
     return (
         f"the {' and '.join(killed)} phase ended by SIGKILL with no OOM kill in the trial's "
         f"cgroup, and {host}: unexplained (the agent itself, or a process outside the trial)"

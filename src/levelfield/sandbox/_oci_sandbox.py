@@ -70,6 +70,9 @@ class OciSandbox:
             )
         self.kernel = _kernel_oom.KernelOomWatch()  # OOM kills, whoever's limit, from now on
         self.host_disk = _workspace.HostDiskWatch(_upper_dir(inspected) if self.cgroup else None)
+        # With the engine's quota (StorageOpt size=) the writable layer is the trial's own disk,
+        # and statvfs there reads the quota: its running out is the trial's ceiling.
+        self._layer_capped = bool((inspected.get("HostConfig") or {}).get("StorageOpt"))
         self._sigkilled = False  # a phase died by SIGKILL: an OOM kill the engine may confirm
         self._snapshot = _Snapshot()
         self._created_s = time.time() - 1.0  # events are asked for from here on
@@ -211,12 +214,12 @@ class OciSandbox:
             cpu_usage_s=c.cpu_usage_s,
             storage_used_bytes=self._storage_peak if self.volume is not None else None,
             storage_ceiling_bytes=self.limits.storage_ceiling_bytes,
-            storage_full=self._storage_full,
+            storage_full=self._storage_full or (self._layer_capped and self.host_disk.full),
             storage_written_bytes=_workspace.written_bytes(self.volume.image)
             if self.volume is not None
             else None,
             host_disk_free_min_bytes=self.host_disk.least_free_bytes,
-            host_disk_full=self.host_disk.full,
+            host_disk_full=self.host_disk.full and not self._layer_capped,
             sandbox_alive=alive,
             engine_oom_killed=self._snapshot.engine_oom_killed,
             host_oom_kills=kills.host_oom_kills,
