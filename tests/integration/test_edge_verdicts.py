@@ -24,13 +24,14 @@ from levelfield.tasks import load_task
 
 from ..conftest import MakeTask
 from ._chaos import trial_cgroups, wait_for
-from ._helpers import leftovers, run_one, run_records
+from ._helpers import leftovers, run_records
 
 pytestmark = pytest.mark.sandbox
 
 
-def _notes(record: TrialRecord) -> str:
-    return " | ".join(record.evidence.notes)
+def _run_one(task: Path, out: Path) -> TrialRecord:
+    (record,) = run_records(task, out, policies=["strict"], backend="process")
+    return record
 
 
 # Terminal-Bench's shape: pytest never starts, no report, and test.sh writes 0 all the same.
@@ -55,16 +56,16 @@ def test_an_agent_timeout_then_a_verifier_that_could_not_grade_is_an_infra_error
         test = f"#!/bin/bash\n{test_body}\n"
         task = make_task(name, solve=slow, agent_timeout=1, verifier_timeout=1,
                          files={"tests/test.sh": test})  # fmt: skip
-        record = run_one(task, tmp_path / name, "strict")
+        record = _run_one(task, tmp_path / name)
         assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, reason), what
         assert record.agent_phase is not None and record.agent_phase.timed_out
         (note,) = [n for n in record.evidence.notes if n.startswith("the agent timed out after")]
         assert f"then the verifier {what}" in note and "result is unknown" in note
     graded = make_task("graded", solve=slow, agent_timeout=1)
-    control = run_one(graded, tmp_path / "graded", "strict")  # it graded: the timeout stands
+    control = _run_one(graded, tmp_path / "graded")  # it graded: the timeout stands
     assert (control.outcome, control.reason) == (Outcome.PASSED, Reason.TESTS_PASSED)
     failing = make_task("failing", solve="sleep 30", agent_timeout=1)
-    control = run_one(failing, tmp_path / "failing", "strict")
+    control = _run_one(failing, tmp_path / "failing")
     assert (control.outcome, control.reason) == (Outcome.FAILED, Reason.AGENT_TIMEOUT)
 
 
@@ -180,12 +181,12 @@ def test_a_full_disk_is_decided_by_the_disk_not_by_what_the_agent_printed(
     samples, is still storage_exhausted: its image kept the blocks. The same words printed on an
     empty disk are the agent's own, failed. Before, both were storage_exhausted."""
     filled = make_task("filled", solve=FILL_THEN_EMPTY, storage_mb=16)
-    (record,) = run_records(filled, tmp_path / "filled", policies=["strict"], backend="process")
+    record = _run_one(filled, tmp_path / "filled")
     assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.STORAGE_EXHAUSTED)
     ceiling = record.evidence.storage_ceiling_bytes
     assert ceiling == 16 << 20 and (record.evidence.storage_written_bytes or 0) > ceiling * 0.8
     said = make_task("said", solve=SAY_FULL, storage_mb=16)
-    (record,) = run_records(said, tmp_path / "said", policies=["strict"], backend="process")
+    record = _run_one(said, tmp_path / "said")
     assert (record.outcome, record.reason) == (Outcome.FAILED, Reason.TESTS_FAILED)
     assert not record.evidence.storage_full
     assert (record.evidence.storage_written_bytes or ceiling) < ceiling // 4

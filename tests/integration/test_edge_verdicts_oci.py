@@ -29,7 +29,7 @@ from .test_oci import ENGINES, _run, backend, engine, stand_ins  # noqa: F401 (f
 pytestmark = [pytest.mark.oci, pytest.mark.sandbox]
 
 PYTHON_BASE = "FROM python:3.13-slim-bookworm\nWORKDIR /app\n"
-HOG = 'python3 -c \'b = b"x" * (256 << 20)\' && touch /app/done'
+HOG = "python3 -c 'b = b\"x\" * (256 << 20)' && touch /app/done"
 # Memory capped at the spec, storage uncapped: a harness in a container of its own cannot
 # loop-mount a volume the engine would see, so this one does not ask for one.
 MEMORY_ONLY = Policy(name="memory-1x", storage=ResourceBounds(ceiling=None))
