@@ -175,7 +175,7 @@ def test_a_grader_the_agent_left_without_dpkg_is_the_agents_failure(
     tmp_path: Path, stand_ins: str
 ) -> None:
     """regex-log's test.sh installs curl with apt-get to fetch uv. An agent that gave up on a hung
-    `apt-get install` left dpkg running with its lock: the grader's apt-get cannot install curl,
+    `apt-get install` left dpkg locked or interrupted: the grader's apt-get cannot install curl,
     and pytest never runs. Before: infra_error/verifier_error; it is the agent's doing."""
     root = _tb2_task(tmp_path, "regex-log")
     record = _with_agent(root, tmp_path / "run", TB2_DPKG_INTERRUPTED)
@@ -183,7 +183,10 @@ def test_a_grader_the_agent_left_without_dpkg_is_the_agents_failure(
     assert (record.outcome, record.reason) == (Outcome.FAILED, Reason.GRADER_BROKEN)
     assert "ctrf.json" in _graded_nothing(record)
     (note,) = [n for n in record.evidence.notes if n.startswith("the grader could not run")]
-    assert "the agent left dpkg broken" in note and "/var/lib/dpkg/lock" in note
+    assert "the agent left dpkg broken" in note
+    # Either state, as the kill left it: dpkg still running its postinst with the lock, or
+    # killed too (the hangup of apt's terminal) before it could record the package configured.
+    assert "/var/lib/dpkg/lock. It is held by process" in note or "dpkg was interrupted" in note
 
 
 BREAK_PIP = "python3 -m pip uninstall -y pip"
@@ -208,20 +211,37 @@ def test_a_grader_whose_python_or_pip_the_agent_removed_is_the_agents_failure(
         assert f"the agent broke the grader's {tool}" in note and path in note
 
 
+@pytest.fixture
+def docker_only(monkeypatch: pytest.MonkeyPatch) -> str:
+    """One engine where the engine does not matter (the verifier's reading of its own log):
+    Docker, whose trials are the quicker here."""
+    from levelfield.sandbox import oci
+
+    from .test_oci import _engine_problems
+
+    require(_engine_problems(ENGINES["docker"], "docker"), "the docker engine")
+    monkeypatch.setenv("DOCKER_HOST", ENGINES["docker"])
+    oci.build_offline_bases(base_url=ENGINES["docker"], log=lambda line: None)  # cached: ~1 s
+    return ENGINES["docker"]
+
+
 def test_a_grader_whose_package_index_is_down_is_an_infra_error(
-    tmp_path: Path, stand_ins: str
+    tmp_path: Path, docker_only: str
 ) -> None:
-    """regex-log's uvx pointed at an index answering 503 (the uv shim stands in for uv's
-    installer, which this machine cannot reach): the grader graded nothing, and nothing of it is
-    the agent's, whose work was the reference solution's. The 5xx is quoted in the evidence."""
+    """kv-store-grpc's pip pointed at an index answering 503, as a mirror an image names can be:
+    the grader graded nothing, and nothing of it is the agent's, whose work was the reference
+    solution's. pip retries, then says only that it found no version (the 503 shows with -v);
+    uv says "HTTP status server error (503 ...)" (tests/unit/test_verifier.py). Unchanged:
+    infra_error/verifier_error: nothing in the bootstrap's evidence is the agent's doing."""
     from ._package_index import package_index
 
     with package_index(tmp_path / "index", size_bytes=1 << 10, rate_bps=0, status=503) as index:
-        root = _tb2_task(tmp_path, "regex-log", env={"UV_DEFAULT_INDEX": index.index_url})
-        record = _with_agent(root, tmp_path / "run", "bash /solution/solve.sh", uv_shim=True)
+        mirror = {"PIP_INDEX_URL": index.index_url, "PIP_TRUSTED_HOST": index.host}
+        root = _tb2_task(tmp_path, "kv-store-grpc", env=mirror)
+        record = _with_agent(root, tmp_path / "run", "bash /solution/solve.sh")
     assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.VERIFIER_ERROR)
     note = _graded_nothing(record)
-    assert "503" in note, note
+    assert "No matching distribution found for pytest" in note, note
     assert not any(n.startswith("the grader could not run") for n in record.evidence.notes)
 
 
@@ -279,9 +299,22 @@ def engine_on_a_small_disk(tmp_path: Path, stand_ins: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        subprocess.run(["umount", "-R", "-l", str(run)], capture_output=True)
+        _unmount_below(run, disk)  # dockerd's netns files, podman's bind of its overlay dir
         shutil.rmtree(run, ignore_errors=True)
         unmount(disk)
+        assert not [m for m in _mounts() if m.startswith((str(run), str(disk)))], "leaked mounts"
+
+
+def _mounts() -> list[str]:
+    return [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+
+
+def _unmount_below(*roots: Path) -> None:
+    """What a stopped engine leaves mounted under its directories, deepest first."""
+    below = [m for m in _mounts() if m.startswith(tuple(str(r) + "/" for r in roots))]
+    for point in sorted(below, key=len, reverse=True):
+        if subprocess.run(["umount", point], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", point], capture_output=True)
 
 
 def test_the_engines_own_disk_full_with_no_ceiling_is_host_pressure(
