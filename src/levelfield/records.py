@@ -28,6 +28,7 @@ class Reason(StrEnum):
     STORAGE_EXHAUSTED = "storage_exhausted"
     VERIFIER_TIMEOUT = "verifier_timeout"
     VERIFIER_ERROR = "verifier_error"
+    GRADER_BROKEN = "grader_broken"
     AGENT_SETUP_FAILED = "agent_setup_failed"
     SANDBOX_ERROR = "sandbox_error"
     HOST_PRESSURE = "host_pressure"
@@ -70,11 +71,34 @@ class Evidence(_Frozen):
     storage_used_bytes: int | None = None
     storage_ceiling_bytes: int | None = None
     storage_full: bool = Field(False, description="Free space fell to ~0 at some point.")
+    storage_written_bytes: int | None = Field(
+        None,
+        description="What the trial's disk image ever held (its allocation on the host): an "
+        "upper bound on its peak use, since freed blocks stay allocated.",
+    )
+    host_disk_free_min_bytes: int | None = Field(
+        None,
+        description="Least free space seen on the host filesystem taking the trial's uncapped "
+        "writes (process: its workspace; oci: the container's writable layer).",
+    )
+    host_disk_full: bool = Field(
+        False, description="That filesystem ran out: the host's or the engine's disk, no ceiling."
+    )
     sandbox_alive: bool = Field(True, description="Whether the sandbox's init survived the trial.")
     engine_oom_killed: bool | None = Field(
         None,
         description="oci: the engine's own OOMKilled flag, kept beside the cgroup counter "
         "(Docker sets it; Podman on cgroup v1 does not). None on process.",
+    )
+    host_oom_kills: int | None = Field(
+        None,
+        description="OOM kills anywhere on the host while the trial ran (/proc/vmstat "
+        "oom_kill); None when not read (a remote engine).",
+    )
+    outside_oom_kills: int = Field(
+        0,
+        description="Kills of the trial's processes at a limit not its own ceiling (the host "
+        "ran out, or a parent cgroup's limit), from the kernel log; oom_kills counts them too.",
     )
     notes: tuple[str, ...] = ()
 

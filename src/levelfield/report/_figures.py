@@ -31,6 +31,7 @@ _REASON_COLOURS = {
     "failed": "#9e9e9e",
     "agent_timeout": "#bdbdbd",
     "agent_error": "#757575",
+    "grader_broken": "#616161",
     "verifier_timeout": "#e0e0e0",
     "oom_killed": "#c62828",
     "pids_exhausted": "#ad1457",
