@@ -193,6 +193,52 @@ class ImageRecord(_Frozen):
         "already and the registry not reached."
     )
     stand_in: str | None = Field(None, description="The offline base it was built on, if any.")
+
+
+class HarborPhase(_Frozen):
+    """One phase of a Harbor trial as its result.json timed it (environment_setup, agent_setup,
+    agent_execution, verifier); naive timestamps are the submitter's local clock."""
+
+    started_at: str | None = None
+    finished_at: str | None = None
+    duration_s: float | None = Field(None, description="None when either end is missing.")
+
+
+class HarborFacts(_Frozen):
+    """What Harbor's result.json said of a trial that levelfield did not run: kept as given, so
+    that the verdict can be re-derived and the submission's setup compared with others'."""
+
+    submission: str = Field(description="The label the trial was imported under.")
+    job: str = Field(description="Harbor's job folder the trial was found in.")
+    trial_name: str
+    trial_id: str | None = Field(None, description="Harbor's `id` of the trial.")
+    task_name: str = Field(description="The task as Harbor named it, before normalising.")
+    task_checksum: str | None = None
+    dataset: str | None = Field(None, description="Harbor's `source`, e.g. terminal-bench.")
+    agent_name: str | None = None
+    agent_version: str | None = None
+    model: str | None = Field(None, description="agent_info.model_info, else config's model.")
+    sandbox_provider: str | None = Field(
+        None, description="config.environment.type: docker, daytona, modal, e2b, runloop..."
+    )
+    timeout_multiplier: float | None = None
+    overrides: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="The timeouts and resources the submitter set instead of the task's "
+        "(override_/max_timeout_sec of agent and verifier, override_cpus/memory_mb/storage_mb); "
+        "only those set.",
+    )
+    phases: dict[str, HarborPhase] = Field(default_factory=dict)
+    rewards: dict[str, float | None] | None = Field(
+        None, description="verifier_result.rewards; None when nothing was graded."
+    )
+    exception_type: str | None = None
+    exception_message: str | None = Field(
+        None, description="Shortened, with secrets the agent's command line held masked."
+    )
+    exception_at: str | None = None
+
+
 class AgentSetup(_Frozen):
     """How a CLI agent came to be in the sandbox, apart from its run: an install that the memory
     ceiling kills is a different event from an agent that runs out of memory."""
@@ -260,6 +306,9 @@ class TrialRecord(_Frozen):
     image: ImageRecord | None = Field(None, description="oci: the image the trial ran.")
     agent_setup: AgentSetup | None = None
     agent_report: AgentReport | None = None
+    harbor: HarborFacts | None = Field(
+        None, description="Imported from Harbor: what its result.json said of the trial."
+    )
     limits_disclosed: bool = Field(
         False, description="The agent was told its floor and ceiling (a factor of the trial)."
     )

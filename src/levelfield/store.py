@@ -124,27 +124,20 @@ class Store:
         """One transaction per trial: a crash loses at most the trials still running."""
         try:
             with self._writing(f"record of trial {record.trial_key}"):
-                self._conn.execute(
-                    "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        record.trial_key,
-                        record.attempt,
-                        record.task,
-                        record.agent,
-                        record.policy,
-                        record.repeat,
-                        record.window,
-                        record.outcome.value,
-                        record.reason.value,
-                        record.started_at,
-                        record.finished_at,
-                        record.model_dump_json(),
-                    ),
-                )
+                self._conn.execute(_INSERT, _row(record))
         except sqlite3.IntegrityError as exc:
             raise StoreError(
                 f"trial {record.trial_key} attempt {record.attempt} is already stored"
             ) from exc
+
+    def commit_many(self, records: Iterable[TrialRecord]) -> None:
+        """All in one transaction, or none: for trials that exist elsewhere already (an
+        import), where a per-trial commit would only cost time."""
+        try:
+            with self._writing("imported records"):
+                self._conn.executemany(_INSERT, (_row(r) for r in records))
+        except sqlite3.IntegrityError as exc:
+            raise StoreError(f"{self.run_dir}: a trial to add is already stored ({exc})") from exc
 
     def records(self) -> Iterator[TrialRecord]:
         for (raw,) in self._conn.execute("SELECT record FROM trials ORDER BY finished_at"):
@@ -152,6 +145,26 @@ class Store:
 
     def count(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
+
+
+_INSERT = "INSERT INTO trials VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+def _row(record: TrialRecord) -> tuple[Any, ...]:
+    return (
+        record.trial_key,
+        record.attempt,
+        record.task,
+        record.agent,
+        record.policy,
+        record.repeat,
+        record.window,
+        record.outcome.value,
+        record.reason.value,
+        record.started_at,
+        record.finished_at,
+        record.model_dump_json(),
+    )
 
 
 def load_record(raw: str) -> TrialRecord:

@@ -122,6 +122,11 @@ def parse_reward_json(text: str) -> float | None:
         data = json.loads(text)
     except json.JSONDecodeError:
         return None
+    return reward_of(data)
+
+
+def reward_of(data: object) -> float | None:
+    """A number, or a mapping's `reward`, else the mean of its numbers (Harbor's reward.json)."""
     if isinstance(data, int | float) and not isinstance(data, bool):
         return float(data)
     if not isinstance(data, dict):

@@ -118,7 +118,9 @@ COLUMNS = (
 
 def _row(r: TrialRecord) -> dict[str, Any]:
     e, h, limits = r.evidence, r.telemetry.host, r.limits
-    ceiling = limits.get("memory_ceiling_multiple", math.inf)
+    # None is a ceiling of "none" (uncapped); no key at all is a run that did not know its
+    # ceiling (an import), which the reports show as "unknown"
+    ceiling = limits.get("memory_ceiling_multiple", math.nan)
     calls = r.api_calls
     latencies = [c.latency_s for c in calls if c.outcome == "ok"]
     return {

@@ -1,45 +1,54 @@
-"""A Harbor job directory → a levelfield run, so its trials can be analysed here.
+"""Harbor jobs, submissions and leaderboards → one levelfield run (`import_harbor`).
 
-Harbor writes one `result.json` per trial (`TrialResult`: task_name, trial_name, agent_info,
-verifier_result.rewards, exception_info, started_at, finished_at). Harbor records no kernel
-evidence, so the reason comes from its exception type alone; every imported record says so in
-its evidence notes, and the policy is "harbor" (whatever the job's environment enforced).
-Importing again is idempotent: each trial's key derives from its Harbor trial name.
+Every trial becomes a record whose `agent` is its submission's label, so that each analysis
+(summary, paired comparison, power) treats submissions as configurations; the policy is
+`imported`, since nobody knows what limits the submitter's sandboxes enforced (the reports say
+"unknown", never "none"). The reason comes from Harbor's exception and the graded reward
+(`reasons.py`), and what Harbor wrote is kept in the record's `harbor` facts. Task names are
+normalised so that `terminal-bench/x` pairs with `x`.
+
+Importing again is idempotent: a trial's key derives from its label and its job and trial folder
+names. The whole import is committed in one transaction: it reads files that stay where they are,
+so an interrupted import loses nothing and is simply run again.
 """
 
 from __future__ import annotations
 
-import json
-import re
+import os
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from levelfield.errors import InputError
-from levelfield.outcome import outcome_of, reason_for_reward
-from levelfield.plan import trial_key
-from levelfield.records import Evidence, HostContext, PhaseResult, Reason, Telemetry, TrialRecord
-from levelfield.store import Store
-from levelfield.verifier import parse_reward_json
+from pydantic import ValidationError
 
-HARBOR_POLICY = "harbor"
-# Harbor's exception class names (harbor/trial, harbor/verifier, harbor/environments) → reasons.
-REASON_OF_HARBOR_EXCEPTION = {
-    "AgentTimeoutError": Reason.AGENT_TIMEOUT,
-    "VerifierTimeoutError": Reason.VERIFIER_TIMEOUT,
-    "RewardFileNotFoundError": Reason.VERIFIER_ERROR,
-    "RewardFileEmptyError": Reason.VERIFIER_ERROR,
-    "VerifierOutputParseError": Reason.VERIFIER_ERROR,
-    "AddTestsDirError": Reason.SANDBOX_ERROR,
-    "DownloadVerifierDirError": Reason.SANDBOX_ERROR,
-    "EnvironmentStartTimeoutError": Reason.SANDBOX_ERROR,
-    "AgentSetupTimeoutError": Reason.AGENT_SETUP_FAILED,  # the agent was never installed
-}
-# Provider SDK errors that survived Harbor's retries: the API failed, not the agent.
-_API_ERROR = re.compile(r"RateLimit|APIError|APIConnection|APIStatus|Overloaded|ServiceUnavailable")
-_OOM_TEXT = re.compile(r"OOMKilled|out of memory|exit code 137", re.IGNORECASE)
+from levelfield.errors import InputError
+from levelfield.harbor import layout
+from levelfield.harbor.flags import Flag, flag_submissions
+from levelfield.harbor.reasons import judge
+from levelfield.harbor.trial_file import (
+    RESULT_NAME,
+    HarborTrial,
+    NotATrial,
+    read_trial,
+    seconds_between,
+)
+from levelfield.plan import trial_key
+from levelfield.records import Reason, TrialRecord
+from levelfield.store import Store
+
+IMPORTED_POLICY = "imported"
+ENFORCEMENT = "unknown: imported from Harbor, whose sandboxes' limits were not recorded"
+
+
+@dataclass(frozen=True, slots=True)
+class Labelled:
+    trial: HarborTrial
+    label: str
+    within: str  # job/trial below the submission folder: the trial's identity in it
+    job: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,145 +57,194 @@ class ImportResult:
     imported: int
     already_stored: int
     skipped: tuple[str, ...]
+    submissions: dict[str, int] = field(default_factory=dict)  # label → trials found
+    flags: dict[str, list[Flag]] = field(default_factory=dict)
+
+
+def import_harbor(
+    paths: Sequence[Path],
+    out: Path,
+    *,
+    label: str | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Every trial under `paths` into the run at `out`. `on_progress` gets the number of trial
+    folders read so far, every few hundred."""
+    layout.check_label(list(paths), label)
+    skipped: list[str] = []
+    found = [t for path in paths for t in _read_path(Path(path), label, skipped, on_progress)]
+    if not found:
+        raise InputError(f"{', '.join(map(str, paths))}: no Harbor trial result.json found")
+    by_label: dict[str, list[HarborTrial]] = defaultdict(list)
+    for item in found:
+        by_label[item.label].append(item.trial)
+    flags = flag_submissions(by_label)
+    with Store.open_for_writing(out) as store:
+        meta = store.meta()
+        run_id = meta.get("run_id") or _run_id(paths, by_label)
+        stored = store.stored_keys()
+        records, already = _records(found, run_id, stored, skipped)
+        store.commit_many(records)
+        store.set_meta(_meta(meta, run_id, paths, set(by_label), flags))
+    counts = {k: len(v) for k, v in by_label.items()}
+    return ImportResult(out, len(records), already, tuple(skipped), counts, flags)
 
 
 def import_harbor_job(job_dir: Path, out: Path) -> ImportResult:
-    results = _trial_results(job_dir)
-    if not results:
-        raise InputError(f"{job_dir}: no Harbor trial result.json found")
-    skipped: list[str] = []
-    records: list[TrialRecord] = []
-    for path, data in _with_repeats(results):
+    """One Harbor job folder (the import's first form; kept for the library's callers)."""
+    return import_harbor([job_dir], out)
+
+
+def _read_path(
+    root: Path,
+    label: str | None,
+    skipped: list[str],
+    on_progress: Callable[[int], None] | None,
+) -> list[Labelled]:
+    if not root.is_dir():
+        raise InputError(f"{root}: not a directory")
+    read_so_far = 0
+
+    def read(trial_dir: str) -> HarborTrial | None:
+        nonlocal read_so_far
+        read_so_far += 1
+        if on_progress is not None and read_so_far % 500 == 0:
+            on_progress(read_so_far)
         try:
-            records.append(_record(data))
-        except (KeyError, TypeError, ValueError) as exc:
-            skipped.append(f"{path}: {exc}")
-    with Store.open_for_writing(out) as store:
-        meta = store.meta()
-        run_id = meta.get("run_id") or f"harbor-{Path(job_dir).resolve().name}"
-        store.set_meta(
-            {
-                "run_id": run_id,
-                "backend": "harbor",
-                "source": str(job_dir.resolve()),
-                "enforcement": "unknown: imported from Harbor, no kernel evidence",
-                "policies": {HARBOR_POLICY: {}},
-            }
-        )
-        stored = store.stored_keys()
-        new = [
-            r.model_copy(update={"run_id": run_id}) for r in records if r.trial_key not in stored
-        ]
-        for record in new:
-            store.commit(record)
-    return ImportResult(out, len(new), len(records) - len(new), tuple(skipped))
+            return read_trial(trial_dir)
+        except NotATrial:
+            return None
+        except (OSError, ValueError) as exc:
+            skipped.append(f"{os.path.join(trial_dir, RESULT_NAME)}: {exc}")
+            return None
+
+    found = list(layout.walk_trials(root, read))
+    if not found:
+        return []
+    kind = layout.kind_of(found)
+    layout.check_label_fits(kind, root, label)
+    labelled = []
+    for f in found:
+        place = layout.place_of(root, kind, f.parts, label)
+        name = place.submission or _harbor_agent(f.trial)
+        labelled.append(Labelled(f.trial, name, place.within, place.job))
+    return labelled
 
 
-def _trial_results(job_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
-    found = []
-    for path in sorted(Path(job_dir).rglob("result.json")):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if isinstance(data, dict) and "task_name" in data and "trial_name" in data:
-            found.append((path, data))
-    return found
-
-
-def _with_repeats(results: list[tuple[Path, dict[str, Any]]]) -> list[tuple[Path, dict[str, Any]]]:
-    """Repeats numbered per (task, agent) in start order, as Harbor's n_attempts would be."""
-    groups: dict[tuple[str, str], list[tuple[Path, dict[str, Any]]]] = defaultdict(list)
-    for path, data in results:
-        groups[(data["task_name"], _agent(data))].append((path, data))
-    out = []
-    for members in groups.values():
-        members.sort(key=lambda m: (m[1].get("started_at") or "", m[1]["trial_name"]))
-        out += [(path, {**data, "_repeat": i}) for i, (path, data) in enumerate(members, 1)]
-    return out
-
-
-def _agent(data: dict[str, Any]) -> str:
-    info = data.get("agent_info") or {}
-    name = info.get("name") or "unknown"
-    model = (info.get("model_info") or {}).get("name")
+def _harbor_agent(trial: HarborTrial) -> str:
+    """A job without a submission folder is named by its agent, as Harbor's own reports do."""
+    name, model = trial.facts["agent_name"] or "unknown", trial.facts["model"]
     return f"{name}:{model}" if model else name
 
 
-def reason_for_harbor(data: dict[str, Any]) -> Reason:
-    exc = data.get("exception_info")
-    if exc:
-        kind, message = exc.get("exception_type", ""), exc.get("exception_message", "")
-        if kind in REASON_OF_HARBOR_EXCEPTION:
-            return REASON_OF_HARBOR_EXCEPTION[kind]
-        if _API_ERROR.search(kind):
-            return Reason.API_ERROR
-        if _OOM_TEXT.search(message):
-            return Reason.OOM_KILLED
-        return Reason.HARNESS_ERROR
-    return reason_for_reward(harbor_reward(data))
+def _records(
+    found: list[Labelled], run_id: str, stored: set[str], skipped: list[str]
+) -> tuple[list[TrialRecord], int]:
+    """Records of the trials not stored yet, and how many were. Repeats are numbered per
+    (submission, task) in start order, as Harbor's attempts were; a trial whose fields do not
+    validate is skipped with its problem, the others are kept."""
+    groups: dict[tuple[str, str], list[Labelled]] = defaultdict(list)
+    for item in found:
+        groups[(item.label, item.trial.task)].append(item)
+    records, already = [], 0
+    for members in groups.values():
+        members.sort(key=lambda m: (_sortable(m.trial.started_at), m.within))
+        for repeat, item in enumerate(members, 1):
+            key = trial_key(item.trial.task, item.label, IMPORTED_POLICY, 0, item.within)
+            if key in stored:
+                already += 1
+                continue
+            try:
+                records.append(TrialRecord.model_validate(_record(item, key, run_id, repeat)))
+            except ValidationError as exc:
+                skipped.append(f"{item.label}/{item.within}: {exc}")
+    return records, already
 
 
-def harbor_reward(data: dict[str, Any]) -> float | None:
-    rewards = (data.get("verifier_result") or {}).get("rewards")
-    return parse_reward_json(json.dumps(rewards)) if rewards is not None else None
+def _sortable(when: datetime | None) -> str:
+    return when.isoformat() if when else ""
 
 
-def _record(data: dict[str, Any]) -> TrialRecord:
-    reason = reason_for_harbor(data)
-    started = _time(data.get("started_at"))
-    finished = _time(data.get("finished_at")) or started
-    exc = data.get("exception_info") or {}
-    return TrialRecord(
-        trial_key=trial_key(
-            data["task_name"], _agent(data), HARBOR_POLICY, data["_repeat"], data["trial_name"]
-        ),
-        run_id="",
-        task=data["task_name"],
-        agent=_agent(data),
-        policy=HARBOR_POLICY,
-        repeat=data["_repeat"],
-        backend="harbor",
-        outcome=outcome_of(reason),
-        reason=reason,
-        reward=harbor_reward(data),
-        error=f"{exc['exception_type']}: {exc.get('exception_message', '')}"[:2000]
-        if exc
+def _record(item: Labelled, key: str, run_id: str, repeat: int) -> dict[str, Any]:
+    """The fields of a TrialRecord, validated by the caller in one call."""
+    trial, facts = item.trial, item.trial.facts
+    verdict = judge(facts["exception_type"], facts["exception_message"], trial.reward)
+    started = trial.started_at or trial.finished_at or datetime.now(UTC)
+    finished = trial.finished_at or started
+    phases = facts["phases"]
+    return {
+        "trial_key": key,
+        "run_id": run_id,
+        "task": trial.task,
+        "agent": item.label,
+        "policy": IMPORTED_POLICY,
+        "repeat": repeat,
+        "backend": "harbor",
+        "outcome": verdict.outcome,
+        "reason": verdict.reason,
+        "reward": trial.reward,
+        "error": f"{facts['exception_type']}: {facts['exception_message'] or ''}"
+        if facts["exception_type"]
         else None,
-        limits={"memory_ceiling_multiple": None},
-        agent_phase=PhaseResult(
-            timed_out=reason is Reason.AGENT_TIMEOUT, duration_s=_span(data.get("agent_execution"))
-        ),
-        verifier_phase=PhaseResult(
-            timed_out=reason is Reason.VERIFIER_TIMEOUT, duration_s=_span(data.get("verifier"))
-        ),
-        evidence=Evidence(
-            notes=("imported from Harbor: reason from its exception type, no kernel evidence",)
-        ),
-        telemetry=Telemetry(
-            host=HostContext(
-                host_id="harbor",
-                started_at=(started or datetime.now(UTC)).isoformat(),
-                local_hour=(started.hour if started else 0),
-                load1=None,
-                free_memory_bytes=0,
-                trials_in_flight=0,
-            )
-        ),
-        started_at=(started or datetime.now(UTC)).isoformat(),
-        finished_at=(finished or datetime.now(UTC)).isoformat(),
-        duration_s=(finished - started).total_seconds() if started and finished else 0.0,
-    )
+        "limits": {},  # unknown: the analysis reads a missing ceiling as "unknown", not "none"
+        "agent_phase": {
+            "timed_out": facts["exception_type"] == "AgentTimeoutError",
+            "duration_s": _duration(phases, "agent_execution"),
+        },
+        "verifier_phase": {
+            "timed_out": verdict.reason is Reason.VERIFIER_TIMEOUT,
+            "duration_s": _duration(phases, "verifier"),
+        },
+        "evidence": {"notes": verdict.notes},
+        "telemetry": {"host": _host(started)},
+        "harbor": {**facts, "submission": item.label, "job": item.job},
+        "started_at": started.isoformat(),
+        "finished_at": finished.isoformat(),
+        "duration_s": seconds_between(started, finished) or 0.0,
+    }
 
 
-def _time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+def _duration(phases: dict[str, dict[str, Any]], name: str) -> float:
+    return (phases.get(name) or {}).get("duration_s") or 0.0
 
 
-def _span(timing: dict[str, Any] | None) -> float:
-    if not timing:
-        return 0.0
-    start, end = _time(timing.get("started_at")), _time(timing.get("finished_at"))
-    return (end - start).total_seconds() if start and end else 0.0
+def _host(started: datetime) -> dict[str, Any]:
+    return {
+        "host_id": "harbor",
+        "started_at": started.isoformat(),
+        "local_hour": started.hour,
+        "load1": None,
+        "free_memory_bytes": 0,
+        "trials_in_flight": 0,
+    }
+
+
+def _run_id(paths: Sequence[Path], by_label: dict[str, list[HarborTrial]]) -> str:
+    """One submission: its label, so that `compare A B` names both sides; else the folder."""
+    if len(by_label) == 1:
+        return next(iter(by_label))
+    return f"harbor-{Path(paths[0]).resolve().name}"
+
+
+def _meta(
+    meta: dict[str, Any],
+    run_id: str,
+    paths: Sequence[Path],
+    labels: set[str],
+    flags: dict[str, list[Flag]],
+) -> dict[str, Any]:
+    """The flags of the submissions imported now replace theirs; others' stay."""
+    new_sources = [str(Path(p).resolve()) for p in paths]
+    sources = list(dict.fromkeys([*meta.get("sources", []), *new_sources]))
+    return {
+        "run_id": run_id,
+        "backend": "harbor",
+        "source": sources[0],
+        "sources": sources,
+        "enforcement": ENFORCEMENT,
+        "policies": {IMPORTED_POLICY: {}},
+        "import_flags": {
+            **{k: v for k, v in meta.get("import_flags", {}).items() if k not in labels},
+            **{k: [f.to_json() for f in v] for k, v in flags.items()},
+        },
+    }
