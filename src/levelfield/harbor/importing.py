@@ -14,6 +14,7 @@ so an interrupted import loses nothing and is simply run again.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -26,8 +27,9 @@ from pydantic import ValidationError
 
 from levelfield.errors import InputError
 from levelfield.harbor import layout
+from levelfield.harbor.beside import read_beside, with_beside
 from levelfield.harbor.flags import Flag, flag_submissions
-from levelfield.harbor.reasons import judge
+from levelfield.harbor.reasons import Verdict, judge
 from levelfield.harbor.trial_file import (
     RESULT_NAME,
     HarborTrial,
@@ -111,7 +113,8 @@ def _read_path(
         if on_progress is not None and read_so_far % 500 == 0:
             on_progress(read_so_far)
         try:
-            return read_trial(trial_dir)
+            trial = read_trial(trial_dir)
+            return dataclasses.replace(trial, beside=read_beside(trial_dir, trial))
         except NotATrial:
             return None
         except (OSError, ValueError) as exc:
@@ -141,11 +144,11 @@ def _records(
     found: list[Labelled], run_id: str, stored: set[str], skipped: list[str]
 ) -> tuple[list[TrialRecord], int]:
     """Records of the trials not stored yet, and how many were. Repeats are numbered per
-    (submission, task) in start order, as Harbor's attempts were; a trial whose fields do not
-    validate is skipped with its problem, the others are kept."""
-    groups: dict[tuple[str, str], list[Labelled]] = defaultdict(list)
+    (submission, task, policy) in start order, as Harbor's attempts were; a trial whose fields
+    do not validate is skipped with its problem, the others are kept."""
+    groups: dict[tuple[str, str, str], list[Labelled]] = defaultdict(list)
     for item in found:
-        groups[(item.label, item.trial.task)].append(item)
+        groups[(item.label, item.trial.task, _policy(item.trial))].append(item)
     records, already = [], 0
     for members in groups.values():
         members.sort(key=lambda m: (_sortable(m.trial.started_at), m.within))
@@ -161,6 +164,12 @@ def _records(
     return records, already
 
 
+def _policy(trial: HarborTrial) -> str:
+    """The levelfield policy a trial ran under on levelfield's environment, else `imported`."""
+    record = trial.beside.record if trial.beside is not None else None
+    return record.policy if record is not None else IMPORTED_POLICY
+
+
 def _sortable(when: datetime | None) -> str:
     return when.isoformat() if when else ""
 
@@ -169,6 +178,16 @@ def _record(item: Labelled, key: str, run_id: str, repeat: int) -> dict[str, Any
     """The fields of a TrialRecord, validated by the caller in one call."""
     trial, facts = item.trial, item.trial.facts
     verdict = judge(facts["exception_type"], facts["exception_message"], trial.reward)
+    fields = _fields(item, key, run_id, repeat, verdict)
+    if trial.beside is None:
+        return fields
+    return with_beside(fields, trial.beside, facts["exception_type"], trial.reward)
+
+
+def _fields(
+    item: Labelled, key: str, run_id: str, repeat: int, verdict: Verdict
+) -> dict[str, Any]:
+    trial, facts = item.trial, item.trial.facts
     started = trial.started_at or trial.finished_at or datetime.now(UTC)
     finished = trial.finished_at or started
     phases = facts["phases"]
