@@ -296,3 +296,46 @@ def test_a_cancelled_exec_is_killed_with_its_children(make_task: MakeTask, tmp_p
         assert output.strip() == "0"
     finally:
         box.stop(None)
+
+
+_DOOMED_HARNESS = """
+import sys, time
+from pathlib import Path
+from levelfield.harbor.box import HarborBox
+from levelfield.harbor.options import parse_options
+from levelfield.policy import PRESETS
+from levelfield.tasks import load_task
+options = parse_options({"backend": "process"})
+box = HarborBox(load_task(Path(sys.argv[1])), PRESETS["strict"], options, Path(sys.argv[2]))
+box.start()
+print("started", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.sandbox
+def test_what_a_killed_harbor_left_is_reaped_by_the_next_trial(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    from levelfield.harbor import leftovers
+    from levelfield.sandbox._cgroup import PREFIX, detect
+    from levelfield.sandbox._workspace import mounts_under
+
+    root = make_task("doomed")
+    doomed = subprocess.Popen(
+        [sys.executable, "-c", _DOOMED_HARNESS, str(root), str(tmp_path / "doomed__1")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert doomed.stdout is not None and doomed.stdout.readline().strip() == "started"
+    doomed.kill()
+    doomed.wait()
+    run = f"{leftovers.RUN_PREFIX}{doomed.pid}"
+    cgroups = [base / PREFIX / run for base in detect().bases.values()]
+    assert any(c.is_dir() for c in cgroups)  # the dead Harbor left its trial's cgroup
+    assert mounts_under(tmp_path.resolve())  # and its trial disk, mounted in the trial folder
+
+    leftovers._reaped.clear()  # as in a new Harbor process
+    box = _box(make_task, tmp_path)
+    box.stop(None)
+    assert not any(c.is_dir() for c in cgroups)
+    assert mounts_under(tmp_path.resolve()) == []

@@ -33,6 +33,7 @@ from levelfield.errors import (
     LevelfieldStorageExhausted,
     SandboxError,
 )
+from levelfield.harbor import leftovers
 from levelfield.harbor.options import EnvironmentOptions
 from levelfield.harbor.record import RECORD_DIR, CeilingHitNote, EnvironmentRecord, record_path
 from levelfield.masking import Masker, known_secrets
@@ -83,7 +84,7 @@ class HarborBox:
         self.backend_name = (
             route_task(task).backend if options.backend == "auto" else options.backend
         )
-        self.run_id = f"harbor-{os.getpid()}"
+        self.run_id = leftovers.run_id()
         self.masker: Masker = known_secrets()
         self._box: Sandbox | None = None
         self._stack = ExitStack()
@@ -104,10 +105,12 @@ class HarborBox:
 
     def start(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / leftovers.OWNER_FILE).write_text(self.run_id)
         backend = get_backend(
             self.backend_name,
             BackendOptions(self.run_id, run_dir(), uv_shim=self.options.uv_shim),
         )
+        leftovers.reap_dead_runs(backend)
         self._enforcement = backend.enforcement().describe()
         box = backend.start(
             self.task, self.limits, trial_id=self.trial_dir.name, trial_dir=self.dir
