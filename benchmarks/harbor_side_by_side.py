@@ -45,8 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 HARBOR_BIN = REPO / ".venv-harbor" / "bin"
 TB2 = REPO.parent / "shared" / "tb2-sample"
 TB2_TASKS = ("cancel-async-tasks", "regex-log", "log-summary-date-ranges")
-SPIKE = "spike"  # briefly needs ~1.2x its 256 MiB spec
-SPIKE_SOLVE = "python3 -c 'b = b\"x\" * (300 << 20); open(\"/app/done\", \"w\").write(\"ok\")'"
+SPIKE = "memory-spike"  # examples/harbor: briefly needs ~1.2x its 256 MiB spec
 HARNESSES = ("harbor/podman", "harbor/levelfield", "levelfield")
 PODMAN = "unix:///run/podman/podman.sock"
 SEED = 20261203
@@ -68,7 +67,8 @@ def main(repeats: int = 1) -> None:
            "LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        tasks = {name: TB2 / name for name in TB2_TASKS} | {SPIKE: _spike_task(root / "tasks")}
+        tasks = {name: TB2 / name for name in TB2_TASKS}
+        tasks[SPIKE] = REPO / "examples" / "harbor" / SPIKE
         for name in TB2_TASKS:
             _tag_pinned_image(tasks[name])
         overlay = _uv_overlay(root / "uv")
@@ -163,27 +163,6 @@ def _print_verdicts(trials: list[Trial]) -> None:
     others = [t for t in trials if t.task != SPIKE]
     passed = sum(t.verdict == "passed/tests_passed" for t in others)
     print(f"TB2 tasks: {passed} of {len(others)} trials passed across the three harnesses")
-
-
-def _spike_task(root: Path) -> Path:
-    task = root / SPIKE
-    for part in ("environment", "tests", "solution"):
-        (task / part).mkdir(parents=True)
-    (task / "task.toml").write_text(
-        "[environment]\ncpus = 1\nmemory_mb = 256\nstorage_mb = 1024\n"
-        "[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 120\n"
-    )
-    (task / "instruction.md").write_text("Build the index in memory, then write ok to /app/done.\n")
-    dockerfile = "FROM python:3.13-slim-bookworm\nWORKDIR /app\n"
-    (task / "environment" / "Dockerfile").write_text(dockerfile)
-    (task / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{SPIKE_SOLVE}\n")
-    (task / "tests" / "test.sh").write_text(
-        '#!/bin/bash\n[ "$(cat /app/done 2>/dev/null)" = ok ] && r=1 || r=0\n'
-        "echo $r > /logs/verifier/reward.txt\n"
-    )
-    for script in ("solution/solve.sh", "tests/test.sh"):
-        (task / script).chmod(0o755)
-    return task
 
 
 def _tag_pinned_image(task: Path) -> None:

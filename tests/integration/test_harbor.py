@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -32,40 +32,18 @@ from ..conftest import REPO, TB2_SAMPLE, MakeTask, require
 HARBOR_BIN = REPO / ".venv-harbor" / "bin"
 PODMAN_SOCKET = "unix:///run/podman/podman.sock"
 TB2_TASK = "cancel-async-tasks"  # builds offline from the python stand-in; its verifier uses uvx
+SPIKE = REPO / "examples" / "harbor" / "memory-spike"  # ~1.2x its 256 MiB spec, briefly
 SPIKE_MB = 256
-# The solution briefly needs ~1.2x its memory spec (b"x" * n touches every page), then marks done.
-SPIKE_SOLVE = "python3 -c 'b = b\"x\" * (300 << 20); open(\"/app/done\", \"w\").write(\"ok\")'"
 
 
 def _spike_task(root: Path, name: str, *, userland: str | None) -> Path:
+    """The example, as an image task (oci under auto) or on the host's userland (process)."""
     task = root / name
-    for part in ("environment", "tests", "solution"):
-        (task / part).mkdir(parents=True)
-    (task / "task.toml").write_text(
-        textwrap.dedent(f"""\
-        version = "1.0"
-        [environment]
-        {f'userland = "{userland}"' if userland else ""}
-        cpus = 1
-        memory_mb = {SPIKE_MB}
-        storage_mb = 1024
-        [agent]
-        timeout_sec = 120
-        [verifier]
-        timeout_sec = 120
-        """)
-    )
-    (task / "instruction.md").write_text("Build the index in memory, then write ok to /app/done.\n")
-    (task / "environment" / "Dockerfile").write_text(
-        "FROM python:3.13-slim-bookworm\nWORKDIR /app\n"
-    )
-    (task / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{SPIKE_SOLVE}\n")
-    (task / "tests" / "test.sh").write_text(
-        '#!/bin/bash\n[ "$(cat /app/done 2>/dev/null)" = ok ] && r=1 || r=0\n'
-        "echo $r > /logs/verifier/reward.txt\n"
-    )
-    for script in ("solution/solve.sh", "tests/test.sh"):
-        (task / script).chmod(0o755)
+    shutil.copytree(SPIKE, task)
+    if userland:
+        toml = task / "task.toml"
+        declared = f'[environment]\nuserland = "{userland}"'
+        toml.write_text(toml.read_text().replace("[environment]", declared))
     return task
 
 
