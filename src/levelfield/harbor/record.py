@@ -56,7 +56,6 @@ class EnvironmentRecord(BaseModel):
     started_at: str
     finished_at: str
     duration_s: float
-    error: str | None = Field(None, description="A failure of the environment itself.")
 
 
 def record_path(trial_dir: Path) -> Path:
