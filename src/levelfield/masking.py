@@ -106,8 +106,16 @@ _SECRET_ASSIGNMENT = re.compile(
 _SECRET_SHAPE = re.compile(r"\b(?:sk-[A-Za-z0-9_-]{16,}|(?<=Bearer )[A-Za-z0-9._~+/-]{16,})")
 
 
+# A quick screen, on the upper-cased text: most text holds none of these words, and the full
+# patterns cost far more than a few substring searches.
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSW", "CREDENTIAL", "SK-", "BEARER ")
+
+
 def mask_unknown_secrets(text: str) -> str:
     """Text from elsewhere with every value that looks like a secret masked."""
+    upper = text.upper()
+    if not any(word in upper for word in _SECRET_WORDS):
+        return text
     text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m[1]}{m[2]}{m[3]}{MASK}", text)
     return _SECRET_SHAPE.sub(MASK, text)
 

@@ -199,15 +199,6 @@ class ImageRecord(_Frozen):
     stand_in: str | None = Field(None, description="The offline base it was built on, if any.")
 
 
-class HarborPhase(_Frozen):
-    """One phase of a Harbor trial as its result.json timed it (environment_setup, agent_setup,
-    agent_execution, verifier); naive timestamps are the submitter's local clock."""
-
-    started_at: str | None = None
-    finished_at: str | None = None
-    duration_s: float | None = Field(None, description="None when either end is missing.")
-
-
 class HarborFacts(_Frozen):
     """What Harbor's result.json said of a trial that levelfield did not run: kept as given, so
     that the verdict can be re-derived and the submission's setup compared with others'."""
@@ -232,7 +223,11 @@ class HarborFacts(_Frozen):
         "(override_/max_timeout_sec of agent and verifier, override_cpus/memory_mb/storage_mb); "
         "only those set.",
     )
-    phases: dict[str, HarborPhase] = Field(default_factory=dict)
+    phase_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="Seconds per phase (environment_setup, agent_setup, agent_execution, "
+        "verifier) from Harbor's start and end times; a phase without both is absent.",
+    )
     rewards: dict[str, float | None] | None = Field(
         None, description="verifier_result.rewards; None when nothing was graded."
     )

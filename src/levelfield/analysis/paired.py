@@ -164,13 +164,25 @@ def compare(
     run A could never meet one found only in run B).
     """
     counts = _tidy.task_counts(_tidy.check_trials(trials))
-    if by != "run":
-        counts = _tidy.pool(counts, "run")
+    counts = _tidy.pool(counts, "run") if by != "run" else _pool_run_labels(counts)
     if order is None and by == "policy":
         order = list(reversed(_tidy.policy_order(_tidy.policy_ceilings(trials))))
     return compare_rates(
         _tidy.task_rates(counts), by=by, metric=metric, level=level, seed=seed, order=order
     )
+
+
+def _pool_run_labels(counts: pd.DataFrame) -> pd.DataFrame:
+    """Runs compared as wholes when a column only says which run a trial is in: one value in
+    each run, another in the other (two imported submissions are each their own agent). Left
+    in, it would pair nothing with nothing."""
+    for column in _tidy.identity_columns(counts):
+        if column == "run" or column not in counts.columns:
+            continue
+        per_run = counts.groupby("run")[column].nunique()
+        if (per_run == 1).all() and counts[column].nunique() == len(per_run) > 1:
+            counts = _tidy.pool(counts, column)
+    return counts
 
 
 def compare_rates(

@@ -1,9 +1,14 @@
-"""Harbor interop: Harbor's job folders read as levelfield runs (`importing`), and
-`LevelfieldEnvironment`, which runs Harbor's trials on levelfield's sandboxes
-(`harbor run -e levelfield.harbor:LevelfieldEnvironment`).
+"""Harbor interop: Harbor's jobs, submissions and leaderboards read as levelfield runs.
 
-Only `environment.py` imports Harbor (the `harbor` extra, Python >= 3.12); it is loaded when the
-name is first asked for, so that `levelfield.harbor` imports, and a job imports, without Harbor.
+`importing` assembles the import from one module per concern: `layout` (which folders hold
+trials, and which submission each belongs to), `trial_file` (one trial folder's facts),
+`reasons` (Harbor's exception types → the agent's failure or infrastructure) and `flags` (what
+looks wrong with a submission), with `beside` reading what lies next to a trial's result.json.
+
+`LevelfieldEnvironment` runs Harbor's trials on levelfield's sandboxes (`harbor run -e
+levelfield.harbor:LevelfieldEnvironment`): `environment` (the only module that imports Harbor,
+the `harbor` extra, Python >= 3.12) over `box`, `options`, `record` and `leftovers`. It is loaded
+when the name is first asked for, so that `levelfield.harbor` and the import need no Harbor.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def with_beside(
     """The record's fields (importing._record) with what lay beside result.json added."""
     if beside.record is not None:
         return _with_record(fields, beside.record, exception_type, reward)
-    notes = list(fields["evidence"].get("notes", ()))
+    notes = list(_notes(fields))
     if beside.record_problem:
         notes.append(beside.record_problem)
     reason = levelfield_reason(exception_type)
@@ -112,7 +112,15 @@ def with_beside(
     killed = beside.agent_exit_code == SIGKILL_EXIT or beside.killed_line is not None
     if killed and exception_type is None:
         notes.append(_killed_note(beside))
-    return {**fields, "evidence": {**fields["evidence"], "notes": tuple(notes)}}
+    if reason is None and len(notes) == len(tuple(_notes(fields))):
+        return fields  # nothing beside it to add: keep the import's shared evidence
+    return {**fields, "evidence": {"notes": tuple(notes)}}
+
+
+def _notes(fields: dict[str, Any]) -> tuple[str, ...]:
+    """The import's evidence notes, whether it passed an Evidence or its fields."""
+    evidence = fields["evidence"]
+    return tuple(evidence.notes if hasattr(evidence, "notes") else evidence.get("notes", ()))
 
 
 def _killed_note(beside: Beside) -> str:
@@ -145,7 +153,7 @@ def _with_record(
         f"ran on levelfield's Harbor environment ({record.backend}, policy {record.policy}): "
         "kernel evidence from levelfield/record.json",
         *record.evidence.notes,
-        *(n for n in fields["evidence"].get("notes", ()) if not n.startswith("imported from")),
+        *(n for n in _notes(fields) if not n.startswith("imported from")),
     )
     return {
         **fields,

@@ -80,7 +80,7 @@ def _repeats(trials: Sequence[HarborTrial], usual_k: int | None) -> Iterator[Fla
         spread = ", ".join(f"{n} tasks with K = {k}" for k, n in sorted(ks.items()))
         yield Flag("uneven_k", f"attempts per task differ: {spread}")
     elif usual_k is not None and (k := next(iter(ks))) != usual_k:
-        yield Flag("unusual_k", f"K = {k} attempts per task where most submissions have {usual_k}")
+        yield Flag("unusual_k", f"K = {k} trials per task where most submissions have {usual_k}")
 
 
 def _duplicates(trials: Sequence[HarborTrial]) -> Iterator[Flag]:

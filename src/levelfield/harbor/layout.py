@@ -4,12 +4,14 @@ Three kinds of folder hold Harbor trials, told apart by how deep most trial file
 
     job           PATH/<trial>/result.json
     submission    PATH/<job>/<trial>/result.json                (the leaderboard's unit)
-    leaderboard   PATH/<submission>/<job>/<trial>/result.json
+    leaderboard   PATH/.../<submission>/<job>/<trial>/result.json
 
 A trial's label is its submission's folder name (`--label` names a single job or submission
 instead). A job given alone has no submission folder: its trials keep Harbor's `agent:model`
-name, as levelfield labelled a job before leaderboards. The most common depth decides, so one
-submission whose trials sit without a job folder does not turn a leaderboard into a submission.
+name, as levelfield labelled a job before leaderboards. The most common depth decides, and in a
+leaderboard the submissions are the folders at the level it puts them at: a submission whose
+trials sit without a job folder, or one level deeper, keeps its own name, and a folder above
+the leaderboard (`submissions/terminal-bench/2.0/...`) still labels by submission.
 """
 
 from __future__ import annotations
@@ -34,9 +36,6 @@ class Kind(StrEnum):
     LEADERBOARD = "leaderboard"
 
 
-KIND_OF_DEPTH = {1: Kind.JOB, 2: Kind.JOB, 3: Kind.SUBMISSION}  # deeper: a leaderboard
-
-
 @dataclass(frozen=True, slots=True)
 class Found(Generic[T]):
     """A trial folder `parts` below PATH (the last part is the trial folder) and what `read`
@@ -52,6 +51,7 @@ def walk_trials(root: Path, read: Callable[[str], T | None]) -> Iterator[Found[T
     an agent's logs may hold files of any name. Paths stay strings: tens of thousands of
     pathlib objects would cost more than the reading."""
     top = os.fspath(root)
+    below = len(top.rstrip(os.sep)) + 1  # os.walk's paths all start with `top`
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames.sort()
         if RESULT_NAME not in filenames:
@@ -59,13 +59,28 @@ def walk_trials(root: Path, read: Callable[[str], T | None]) -> Iterator[Found[T
         trial = read(dirpath)
         if trial is not None:
             dirnames.clear()
-            rel = os.path.relpath(dirpath, top)
-            yield Found(() if rel == os.curdir else tuple(rel.split(os.sep)), trial)
+            rel = dirpath[below:]
+            yield Found(tuple(rel.split(os.sep)) if rel else (), trial)
 
 
-def kind_of(found: list[Found[T]]) -> Kind:
-    depth = Counter(len(f.parts) + 1 for f in found).most_common(1)[0][0]
-    return KIND_OF_DEPTH.get(depth, Kind.LEADERBOARD)
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What kind of folder a PATH is; in a leaderboard, at which depth below it (an index
+    into a trial's `parts`) its submission folders lie."""
+
+    kind: Kind
+    submission_level: int = 0
+
+
+def shape_of(found: list[Found[T]]) -> Shape:
+    """By the most common number of folders from PATH down to a trial folder (itself included):
+    1 a job, 2 a submission, 3 or more a leaderboard whose submissions are 3 above the trial."""
+    depth = Counter(len(f.parts) for f in found).most_common(1)[0][0]
+    if depth <= 1:
+        return Shape(Kind.JOB)
+    if depth == 2:
+        return Shape(Kind.SUBMISSION)
+    return Shape(Kind.LEADERBOARD, depth - 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +93,26 @@ class Place:
     job: str
 
 
-def place_of(root: Path, kind: Kind, parts: tuple[str, ...], label: str | None) -> Place:
-    if not parts:  # PATH is a trial folder itself
-        return Place(label, f"{root.parent.name}/{root.name}", root.parent.name)
-    job = parts[-2] if len(parts) > 1 else root.name
-    if kind is Kind.LEADERBOARD:
-        return Place(parts[0], "/".join(parts[1:]), job)
-    if kind is Kind.SUBMISSION:
-        return Place(label or root.name, "/".join(parts), job)
-    return Place(label, "/".join((root.name, *parts)), job)
+def placer(root: Path, shape: Shape, label: str | None) -> Callable[[tuple[str, ...]], Place]:
+    """`parts` of a trial folder below `root` → its Place (made once per PATH: called per trial)."""
+    name, parent, level = root.name, root.parent.name, shape.submission_level
+
+    def job_of(parts: tuple[str, ...]) -> str:
+        return parts[-2] if len(parts) > 1 else name
+
+    def leaderboard(parts: tuple[str, ...]) -> Place:
+        at = min(level, len(parts) - 2) if len(parts) > 1 else 0
+        return Place(parts[at], "/".join(parts[at + 1 :]), job_of(parts))
+
+    def submission(parts: tuple[str, ...]) -> Place:
+        return Place(label or name, "/".join(parts), job_of(parts))
+
+    def job(parts: tuple[str, ...]) -> Place:
+        if not parts:  # PATH is a trial folder itself
+            return Place(label, f"{parent}/{name}", parent)
+        return Place(label, "/".join((name, *parts)), job_of(parts))
+
+    return {Kind.LEADERBOARD: leaderboard, Kind.SUBMISSION: submission, Kind.JOB: job}[shape.kind]
 
 
 def check_label(paths: list[Path], label: str | None) -> None:
@@ -96,8 +122,8 @@ def check_label(paths: list[Path], label: str | None) -> None:
         raise InputError("--label must not be empty")
 
 
-def check_label_fits(kind: Kind, root: Path, label: str | None) -> None:
-    if label is not None and kind is Kind.LEADERBOARD:
+def check_label_fits(shape: Shape, root: Path, label: str | None) -> None:
+    if label is not None and shape.kind is Kind.LEADERBOARD:
         raise InputError(
             f"{root} is a leaderboard (a folder of submissions): each is labelled by its folder "
             "name, so --label does not apply; import one submission to label it"

@@ -101,7 +101,7 @@ def _facts(data: dict[str, Any], rewards: Any) -> dict[str, Any]:
         "sandbox_provider": _text((config.get("environment") or {}).get("type")),
         "timeout_multiplier": config.get("timeout_multiplier"),
         "overrides": _overrides(config),
-        "phases": {p: _phase(data[p]) for p in PHASES if data.get(p)},
+        "phase_s": _phase_seconds(data),
         "rewards": rewards if isinstance(rewards, dict) else None,
         "exception_type": _text(exception.get("exception_type")),
         "exception_message": mask_unknown_secrets(str(message)[:MESSAGE_CHARS])
@@ -114,7 +114,7 @@ def _facts(data: dict[str, Any], rewards: Any) -> dict[str, Any]:
 def _text(value: Any) -> str | None:
     """A name or id as text: a submitter's file may hold a number where Harbor writes a string,
     and a flag that counts names must not fail on it."""
-    return value if value is None or isinstance(value, str) else json.dumps(value)
+    return value if value is None or type(value) is str else json.dumps(value)
 
 
 def _overrides(config: dict[str, Any]) -> dict[str, float | None]:
@@ -129,14 +129,15 @@ def _overrides(config: dict[str, Any]) -> dict[str, float | None]:
     return found
 
 
-def _phase(span: dict[str, Any]) -> dict[str, Any]:
-    """The fields of records.HarborPhase."""
-    start, end = span.get("started_at"), span.get("finished_at")
-    return {
-        "started_at": start,
-        "finished_at": end,
-        "duration_s": seconds_between(_time(start), _time(end)),
-    }
+def _phase_seconds(data: dict[str, Any]) -> dict[str, float]:
+    found = {}
+    for phase in PHASES:
+        span = data.get(phase)
+        if isinstance(span, dict):
+            seconds = seconds_between(_time(span.get("started_at")), _time(span.get("finished_at")))
+            if seconds is not None:
+                found[phase] = seconds
+    return found
 
 
 def seconds_between(start: datetime | None, end: datetime | None) -> float | None:
@@ -150,4 +151,4 @@ def seconds_between(start: datetime | None, end: datetime | None) -> float | Non
 def _time(text: Any) -> datetime | None:
     if not text or not isinstance(text, str):
         return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return datetime.fromisoformat(text)  # Python >= 3.11 reads a trailing Z
