@@ -27,6 +27,7 @@ import json
 import os
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -68,7 +69,9 @@ def main(repeats: int = 1) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         tasks = {name: TB2 / name for name in TB2_TASKS}
-        tasks[SPIKE] = REPO / "examples" / "harbor" / SPIKE
+        # a copy: podman's conmon leaves an empty file named `oom` in its working directory,
+        # which Harbor sets to the task's environment/, when the kernel OOM-kills the container
+        tasks[SPIKE] = Path(shutil.copytree(REPO / "examples" / "harbor" / SPIKE, root / SPIKE))
         for name in TB2_TASKS:
             _tag_pinned_image(tasks[name])
         overlay = _uv_overlay(root / "uv")
