@@ -22,7 +22,7 @@ from levelfield import errors
 from levelfield.harbor.box import ExecCall, HarborBox
 from levelfield.harbor.options import parse_options
 from levelfield.harbor.record import read_record
-from levelfield.policy import PRESETS
+from levelfield.policy import PRESETS, Policy
 from levelfield.records import KILLED_CAUSE_UNKNOWN, Outcome, Reason, TrialRecord
 from levelfield.store import reading
 from levelfield.tasks import load_task
@@ -197,10 +197,12 @@ def _cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LEVELFIELD_HARBOR_DIR", str(tmp_path / "cache"))
 
 
-def _box(make_task: MakeTask, tmp_path: Path, **task: object) -> HarborBox:
+def _box(
+    make_task: MakeTask, tmp_path: Path, policy: Policy = PRESETS["strict"], **task: object
+) -> HarborBox:
     root = make_task("box", **task)
     options = parse_options({"backend": "process"})
-    box = HarborBox(load_task(root), PRESETS["strict"], options, tmp_path / "trial__x")
+    box = HarborBox(load_task(root), policy, options, tmp_path / "trial__x")
     box.start()
     return box
 
@@ -255,6 +257,41 @@ def test_a_failed_exec_raises_its_kill_and_files_move_both_ways(
     assert read_record(tmp_path / "trial__x").execs >= 6  # type: ignore[union-attr]
 
 
+FORK_32 = """python3 -c '
+import os, sys, time
+for _ in range(32):
+    try:
+        pid = os.fork()
+    except OSError:
+        sys.exit(11)
+    if pid == 0:
+        time.sleep(2)
+        os._exit(0)
+'"""
+
+
+@pytest.mark.sandbox
+def test_the_pids_and_storage_ceilings_raise_their_own_exceptions(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    few_pids = PRESETS["strict"].model_copy(update={"pids_max": 16})
+    box = _box(make_task, tmp_path / "pids", few_pids)
+    try:
+        with pytest.raises(errors.LevelfieldPidsExhausted, match="pids ceiling 16 hit"):
+            box.exec(ExecCall(FORK_32))
+    finally:
+        box.stop(None)
+    box = _box(make_task, tmp_path / "disk", storage_mb=32)
+    try:
+        with pytest.raises(errors.LevelfieldStorageExhausted, match="storage ceiling 32 MiB hit"):
+            box.exec(ExecCall("dd if=/dev/zero of=/app/big bs=1M count=64"))
+    finally:
+        box.stop(None)
+    for name in ("pids", "disk"):
+        record = read_record(tmp_path / name / "trial__x")
+        assert record is not None and record.ceiling_hits[0].raised
+
+
 @pytest.mark.sandbox
 def test_a_cancelled_exec_is_killed_with_its_children(make_task: MakeTask, tmp_path: Path) -> None:
     import threading
@@ -284,7 +321,7 @@ import sys, time
 from pathlib import Path
 from levelfield.harbor.box import HarborBox
 from levelfield.harbor.options import parse_options
-from levelfield.policy import PRESETS
+from levelfield.policy import PRESETS, Policy
 from levelfield.tasks import load_task
 options = parse_options({"backend": "process"})
 box = HarborBox(load_task(Path(sys.argv[1])), PRESETS["strict"], options, Path(sys.argv[2]))
