@@ -12,6 +12,7 @@ as `outcome.classify` books a ceiling hit only against a trial that did not pass
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import json
@@ -145,6 +146,8 @@ class HarborBox:
                 for h in self._hits
             ]
         self._write_record(box, evidence)
+        with contextlib.suppress(OSError):
+            (self.dir / "exec").rmdir()  # each exec's log is read and removed; keep no husk
         return late
 
     # -- exec -------------------------------------------------------------------------------
