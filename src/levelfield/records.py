@@ -11,6 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# An evidence note: an agent died by SIGKILL (exit 137, the shell's "Killed") with nothing to say
+# why: an OOM kill or any other kill. Imports write it (harbor/beside.py), reports count it.
+KILLED_CAUSE_UNKNOWN = "killed, cause unknown"
+
 
 class Outcome(StrEnum):
     PASSED = "passed"

@@ -73,6 +73,7 @@ class ConfigSummary:
     repeats: tuple[int, int]
     reasons: dict[str, int]
     memory: MemoryProfile | None
+    killed_cause_unknown: int = 0  # SIGKILLed with no evidence of why (imports: beside.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,10 +189,12 @@ def _configs(
     memory = _memory(trials, lean, keys)
     rank = {p: i for i, p in enumerate(order)}
     out = []
+    killed = _killed(trials, lean, keys)
     for key, group in rates.groupby(keys, sort=True):
         labels = dict(zip(keys, key, strict=True))
         ceiling = ceilings.get(labels["policy"], math.nan)
-        out.append(_config(labels, ceiling, group, settings, reasons.get(key, {}), memory.get(key)))
+        config = _config(labels, ceiling, group, settings, reasons.get(key, {}), memory.get(key))
+        out.append(replace(config, killed_cause_unknown=killed.get(key, 0)))
     return tuple(
         sorted(
             out, key=lambda c: [rank.get(v, 0) if k == "policy" else v for k, v in c.labels.items()]
@@ -259,6 +262,15 @@ def _reasons(
     for index, count in counts.items():
         out.setdefault(tuple(index[:-1]), {})[str(index[-1])] = int(count)
     return out
+
+
+def _killed(trials: pd.DataFrame, lean: pd.DataFrame, keys: list[str]) -> dict[tuple, int]:
+    """Trials per configuration whose agent was killed with no evidence of the cause."""
+    if "killed_cause_unknown" not in trials.columns:
+        return {}
+    flags = trials["killed_cause_unknown"].fillna(False).astype(bool).to_numpy()
+    counts = lean[keys][flags].groupby(keys, sort=True, observed=True).size()
+    return {(k if isinstance(k, tuple) else (k,)): int(n) for k, n in counts.items() if n}
 
 
 def _memory(

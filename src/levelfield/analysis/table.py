@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from levelfield.analysis import table_cache
-from levelfield.records import TrialRecord
+from levelfield.records import KILLED_CAUSE_UNKNOWN, TrialRecord
 from levelfield.store import reading
 
 
@@ -99,6 +99,7 @@ COLUMNS = (
     "memory_failcnt",
     "pids_max_hits",
     "storage_full",
+    "killed_cause_unknown",
     "cpu_throttled_s",
     "cpu_throttled_periods",
     "cpu_usage_s",
@@ -159,6 +160,7 @@ def _row(r: TrialRecord) -> dict[str, Any]:
         "memory_failcnt": e.memory_failcnt,
         "pids_max_hits": e.pids_max_hits,
         "storage_full": e.storage_full,
+        "killed_cause_unknown": any(n.startswith(KILLED_CAUSE_UNKNOWN) for n in e.notes),
         "cpu_throttled_s": e.cpu_throttled_s,
         "cpu_throttled_periods": e.cpu_throttled_periods,
         "cpu_usage_s": e.cpu_usage_s,

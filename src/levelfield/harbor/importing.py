@@ -15,6 +15,7 @@ so an interrupted import loses nothing and is simply run again.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import os
 from collections import Counter, defaultdict
@@ -29,8 +30,9 @@ from pydantic_core import to_json
 
 from levelfield.errors import InputError
 from levelfield.harbor import layout
+from levelfield.harbor.beside import read_beside, with_beside
 from levelfield.harbor.flags import Flag, flag_submissions
-from levelfield.harbor.reasons import judge
+from levelfield.harbor.reasons import Verdict, judge
 from levelfield.harbor.trial_file import (
     RESULT_NAME,
     HarborTrial,
@@ -40,7 +42,7 @@ from levelfield.harbor.trial_file import (
 )
 from levelfield.plan import trial_key
 from levelfield.records import HarborFacts, Reason, TrialRecord
-from levelfield.store import Row, Store
+from levelfield.store import Row, Store, row_of
 
 IMPORTED_POLICY = "imported"
 DEFAULT_WINDOW = TrialRecord.model_fields["window"].default
@@ -131,7 +133,8 @@ def _read_path(
         if on_progress is not None and read_so_far % 500 == 0:
             on_progress(read_so_far)
         try:
-            return read_trial(trial_dir)
+            trial = read_trial(trial_dir)
+            return dataclasses.replace(trial, beside=read_beside(trial_dir, trial))
         except NotATrial:
             return None
         except (OSError, ValueError) as exc:
@@ -167,16 +170,18 @@ def _new_rows(
 ) -> Iterator[Row]:
     """Store rows of the trials not stored yet, one at a time (the store writes each as it
     comes); `tally` counts the new and the already stored. Repeats are numbered per
-    (submission, task) in start order, as Harbor's attempts were.
+    (submission, task, policy) in start order, as Harbor's attempts were.
 
     What came from the file (`harbor`) is validated as HarborFacts; a trial whose facts do not
     validate is skipped with its problem, the others are kept. The rest of each record is built
     here from values of known types, so it is written as JSON without building a TrialRecord:
     that would cost as much again as parsing the file. tests/integration/test_leaderboard_import.py
-    reads every record of the shared leaderboard back through the store."""
-    groups: dict[tuple[str, str], list[Labelled]] = defaultdict(list)
+    reads every record of the shared leaderboard back through the store. A trial with something
+    beside its result.json (a levelfield record, a kill in its agent log) is rare and carries
+    fields from elsewhere: it is validated whole."""
+    groups: dict[tuple[str, str, str], list[Labelled]] = defaultdict(list)
     for item in found:
-        groups[(item.label, item.trial.task)].append(item)
+        groups[(item.label, item.trial.task, _policy(item.trial))].append(item)
     for members in groups.values():
         members.sort(key=lambda m: (_sortable(m.trial.started_at), m.within))
         for repeat, item in enumerate(members, 1):
@@ -187,11 +192,17 @@ def _new_rows(
             facts = {**item.trial.facts, "submission": item.label, "job": item.job}
             try:
                 HarborFacts.model_validate(facts)
+                fields = _record(item, facts, key, run_id, repeat)
+                row = _row(fields) if item.trial.beside is None else _validated_row(fields)
             except ValidationError as exc:
                 skipped.append(f"{item.label}/{item.within}: {exc}")
                 continue
             tally["new"] += 1
-            yield _row(_record(item, facts, key, run_id, repeat))
+            yield row
+
+
+def _validated_row(fields: dict[str, Any]) -> Row:
+    return row_of(TrialRecord.model_validate(fields))
 
 
 def _row(fields: dict[str, Any]) -> Row:
@@ -200,7 +211,7 @@ def _row(fields: dict[str, Any]) -> Row:
         1,
         fields["task"],
         fields["agent"],
-        IMPORTED_POLICY,
+        fields["policy"],
         fields["repeat"],
         DEFAULT_WINDOW,
         fields["outcome"].value,
@@ -209,6 +220,12 @@ def _row(fields: dict[str, Any]) -> Row:
         fields["finished_at"],
         to_json(fields).decode(),
     )
+
+
+def _policy(trial: HarborTrial) -> str:
+    """The levelfield policy a trial ran under on levelfield's environment, else `imported`."""
+    record = trial.beside.record if trial.beside is not None else None
+    return record.policy if record is not None else IMPORTED_POLICY
 
 
 def _sortable(when: datetime | None) -> str:
@@ -221,6 +238,16 @@ def _record(
     """The fields of a TrialRecord that differ from its defaults."""
     trial = item.trial
     verdict = judge(facts["exception_type"], facts["exception_message"], trial.reward)
+    fields = _fields(item, key, run_id, repeat, verdict)
+    if trial.beside is None:
+        return fields
+    return with_beside(fields, trial.beside, facts["exception_type"], trial.reward)
+
+
+def _fields(
+    item: Labelled, key: str, run_id: str, repeat: int, verdict: Verdict
+) -> dict[str, Any]:
+    trial, facts = item.trial, item.trial.facts
     started = trial.started_at or trial.finished_at or datetime.now(UTC)
     finished = trial.finished_at or started
     started_at = started.isoformat()

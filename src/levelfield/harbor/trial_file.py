@@ -48,6 +48,7 @@ class HarborTrial:
     started_at: datetime | None
     finished_at: datetime | None
     facts: dict[str, Any]
+    beside: Any = None  # beside.Beside: what the folder holds beside result.json
 
     @property
     def exception_type(self) -> str | None:

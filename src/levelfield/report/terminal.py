@@ -15,6 +15,7 @@ from levelfield.analysis.hidden import HiddenVariables
 from levelfield.analysis.paired import Comparison
 from levelfield.analysis.power import PowerAnalysis
 from levelfield.analysis.summary import ConfigSummary, RunSummary
+from levelfield.records import KILLED_CAUSE_UNKNOWN
 from levelfield.report import _format as f
 from levelfield.report import timing
 
@@ -31,6 +32,14 @@ def show_summary(summary: RunSummary, console: Console | None = None) -> None:
     for drift in summary.provenance.image_drift:
         console.print(f"[bold yellow]image drift[/]: {drift}")
     console.print(scores_table(summary))
+    for c in summary.configs:
+        if c.killed_cause_unknown:
+            console.print(
+                f"[yellow]{f.label(c)}[/]: {c.killed_cause_unknown} of {c.n_trials} trials "
+                f"{KILLED_CAUSE_UNKNOWN} (the agent died by SIGKILL, with no exception or kernel "
+                "evidence to say why; an OOM kill would be infrastructure's, so they count as "
+                "their reward says)"
+            )
     for comparison in summary.comparisons:
         show_comparison(comparison, console, limit=PAIRS_SHOWN)
     for d in summary.decompositions:
