@@ -32,7 +32,7 @@ from levelfield.errors import InputError
 from levelfield.harbor import layout
 from levelfield.harbor.beside import read_beside, with_beside
 from levelfield.harbor.flags import Flag, flag_submissions
-from levelfield.harbor.reasons import Verdict, judge
+from levelfield.harbor.reasons import judge
 from levelfield.harbor.trial_file import (
     RESULT_NAME,
     HarborTrial,
@@ -192,8 +192,9 @@ def _new_rows(
             facts = {**item.trial.facts, "submission": item.label, "job": item.job}
             try:
                 HarborFacts.model_validate(facts)
-                fields = _record(item, facts, key, run_id, repeat)
-                row = _row(fields) if item.trial.beside is None else _validated_row(fields)
+                plain = _fields(item, facts, key, run_id, repeat)
+                fields = _with_beside(item.trial, plain)
+                row = _row(plain) if fields is plain else _validated_row(fields)
             except ValidationError as exc:
                 skipped.append(f"{item.label}/{item.within}: {exc}")
                 continue
@@ -232,22 +233,20 @@ def _sortable(when: datetime | None) -> str:
     return when.isoformat() if when else ""
 
 
-def _record(
-    item: Labelled, facts: dict[str, Any], key: str, run_id: str, repeat: int
-) -> dict[str, Any]:
-    """The fields of a TrialRecord that differ from its defaults."""
-    trial = item.trial
-    verdict = judge(facts["exception_type"], facts["exception_message"], trial.reward)
-    fields = _fields(item, key, run_id, repeat, verdict)
+def _with_beside(trial: HarborTrial, fields: dict[str, Any]) -> dict[str, Any]:
+    """The same dict when nothing beside result.json changes the record."""
     if trial.beside is None:
         return fields
-    return with_beside(fields, trial.beside, facts["exception_type"], trial.reward)
+    return with_beside(fields, trial.beside, trial.facts["exception_type"], trial.reward)
 
 
 def _fields(
-    item: Labelled, key: str, run_id: str, repeat: int, verdict: Verdict
+    item: Labelled, facts: dict[str, Any], key: str, run_id: str, repeat: int
 ) -> dict[str, Any]:
-    trial, facts = item.trial, item.trial.facts
+    """The fields of a TrialRecord that differ from its defaults; `facts` are the trial file's,
+    with its submission and job."""
+    trial = item.trial
+    verdict = judge(facts["exception_type"], facts["exception_message"], trial.reward)
     started = trial.started_at or trial.finished_at or datetime.now(UTC)
     finished = trial.finished_at or started
     started_at = started.isoformat()
