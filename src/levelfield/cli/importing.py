@@ -45,7 +45,19 @@ def harbor(
             label=label,
             on_progress=lambda n: progress.update(bar, description=f"read {n} trial folders"),
         )
+        if result.imported:
+            progress.update(bar, description="preparing the analysis table")
+            _prepare_table(out)
     _show(result)
+
+
+def _prepare_table(out: Path) -> None:
+    """Build the run's tidy table now (analysis/table_cache.py), while the import has the
+    user's attention: every `report`, `compare` and `leaderboard` after it then starts from
+    the cached table instead of validating tens of thousands of records."""
+    from levelfield.analysis.table import load_run
+
+    load_run(out)
 
 
 def _show(result: ImportResult) -> None:
