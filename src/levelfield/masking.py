@@ -160,6 +160,31 @@ def _regular_files(root: Path) -> Iterable[Path]:
                 yield path
 
 
+# Secrets whose values levelfield was never told: an assignment to a variable named like a secret
+# (`export OPENAI_API_KEY=sk-...`, as an agent's command line in another harness's error message
+# carries it) or a JSON key so named, a provider key by its shape, a bearer token.
+_SECRET_ASSIGNMENT = re.compile(
+    r"\b([A-Za-z0-9_]*(?:API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?))"
+    r"(\s*=\s*|[\"']\s*:\s*)([\"']?)[^\s'\"&;|,}]+",
+    re.IGNORECASE,
+)
+_SECRET_SHAPE = re.compile(r"\b(?:sk-[A-Za-z0-9_-]{16,}|(?<=Bearer )[A-Za-z0-9._~+/-]{16,})")
+
+
+# A quick screen, on the upper-cased text: most text holds none of these words, and the full
+# patterns cost far more than a few substring searches.
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSW", "CREDENTIAL", "SK-", "BEARER ")
+
+
+def mask_unknown_secrets(text: str) -> str:
+    """Text from elsewhere with every value that looks like a secret masked."""
+    upper = text.upper()
+    if not any(word in upper for word in _SECRET_WORDS):
+        return text
+    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m[1]}{m[2]}{m[3]}{MASK}", text)
+    return _SECRET_SHAPE.sub(MASK, text)
+
+
 def secret_values_of(environ: Mapping[str, str]) -> list[str]:
     """Values of secret-named variables, and the password of any URL among the values."""
     named = [v for k, v in environ.items() if SECRET_NAME.search(k)]

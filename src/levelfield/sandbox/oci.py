@@ -185,6 +185,7 @@ class OciBackend:
             raise
         except Exception as exc:
             raise SandboxStartError(f"image for {task.name}: {type(exc).__name__}: {exc}") from exc
+        trial_dir = trial_dir.resolve()  # the engine binds the disk's paths: never relative
         trial_dir.mkdir(parents=True, exist_ok=True)
         args = host_config_args(limits, self.report().cpus)
         container_id, volume = self._create_capped(

@@ -32,6 +32,7 @@ from levelfield.sandbox import (
     Usage,
     _bwrap,
     _cgroup,
+    _kernel_oom,
     _netns,
     _output,
     _workspace,
@@ -189,6 +190,8 @@ class ProcessSandbox:
         self._lock = threading.Lock()
         self._closed = False
         self.network: _netns.TrialNetwork | None = None
+        self.kernel = _kernel_oom.KernelOomWatch()  # the host's OOM killer, from the start
+        self.host_disk = _workspace.HostDiskWatch(None if workspace.image else workspace.root)
 
     @classmethod
     def launch(
@@ -305,6 +308,7 @@ class ProcessSandbox:
         reading = self.cgroup.usage()
         free_used = self.workspace.free_and_used()
         free, used = free_used if free_used else (None, None)
+        self.host_disk.read()
         with self._lock:
             if free is not None and self.workspace.is_full(free):
                 self._storage_full = True
@@ -317,6 +321,7 @@ class ProcessSandbox:
     def evidence(self) -> Evidence:
         usage = self.usage()
         counters = self.cgroup.counters()
+        kills = self.kernel.kills(_trial_marker(self.cgroup))
         return Evidence(
             oom_kills=counters.oom_kills,
             memory_failcnt=counters.memory_failcnt,
@@ -329,7 +334,13 @@ class ProcessSandbox:
             storage_used_bytes=self._storage_peak if usage.storage_used_bytes is not None else None,
             storage_ceiling_bytes=self.limits.storage_ceiling_bytes,
             storage_full=self._storage_full,
+            storage_written_bytes=_written(self.workspace.image),
+            host_disk_free_min_bytes=self.host_disk.least_free_bytes,
+            host_disk_full=self.host_disk.full,
             sandbox_alive=self.is_alive(),
+            host_oom_kills=kills.host_oom_kills,
+            outside_oom_kills=len(kills.outside),
+            notes=kills.notes(),
         )
 
     def network_namespace(self) -> Path | None:
@@ -354,6 +365,7 @@ class ProcessSandbox:
         for pump in self._pumps:  # their writers are dead: the pipes are at their end
             pump.close()
         self.cgroup.remove()
+        self.kernel.close()
         if self.network is not None:
             _netns.destroy(self.network)
         _workspace.destroy_workspace(self.workspace)
@@ -375,6 +387,15 @@ def _empty_dir(path: Path) -> None:
             shutil.rmtree(entry)
         else:
             entry.unlink()
+
+
+def _written(image: Path | None) -> int | None:
+    return _workspace.written_bytes(image) if image is not None else None
+
+
+def _trial_marker(cgroup: _cgroup.TrialCgroup) -> str:
+    """How the kernel log names the trial's cgroup: its path ends /levelfield/RUN/TRIAL."""
+    return "/" + "/".join(cgroup.dirs["unified" if cgroup.is_v2 else "memory"].parts[-3:])
 
 
 def _joined(cgroup: _cgroup.TrialCgroup, argv: list[str]) -> list[str]:
