@@ -5,9 +5,10 @@ Each command runs as a user runs it, in a fresh process, `--rounds` times; print
 median and max wall time, the CPU time it used, and the ratio to the 4 s budget. "Warm" is what a
 user meets: `levelfield import harbor` builds the run's tidy table once and keeps it in
 RUN/table-cache.npz, so every analysis after the import starts from it. "Cold" deletes that file
-first, so the table is built from the records again (a cache removed by hand, or stale). The baseline is the same interpreter importing
-what the commands import, and nothing else: the part of the time no analysis can remove. The load
-average is printed with them: on a shared 2-core host it moves the wall time, not the CPU time.
+first, so the table is built from the records again (a cache removed by hand, or stale). The
+baseline is the same interpreter importing what the commands import, and nothing else: the part
+of the time no analysis can remove. The load average is printed with them: on a shared 2-core
+host it moves the wall time, not the CPU time.
 
     .venv/bin/python benchmarks/leaderboard_time.py [--run RUN] [--rounds 3]
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from levelfield.errors import HostUnsupported, SandboxStartError
+from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.sandbox import (
     BackendOptions,
@@ -168,6 +169,7 @@ class OciBackend:
         trial_id: str,
         trial_dir: Path,
         mounts: Sequence[ReadOnlyMount] = (),
+        secrets: Masker | None = None,
     ) -> OciSandbox:
         client = self.client
         try:
@@ -200,6 +202,7 @@ class OciBackend:
         try:
             sandbox = OciSandbox(client, container_id, task, limits, notes)
             sandbox.image, sandbox.volume = image.record(), volume
+            sandbox.secrets = secrets or sandbox.secrets
             sandbox.prepare(uv_shim=self.settings.uv_shim)
             return sandbox
         except BaseException as exc:
