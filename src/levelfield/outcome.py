@@ -41,6 +41,7 @@ OUTCOME_OF: Final = MappingProxyType(
         Reason.NODE_LOST: Outcome.INFRA_ERROR,
         Reason.API_ERROR: Outcome.INFRA_ERROR,
         Reason.HARNESS_ERROR: Outcome.INFRA_ERROR,
+        Reason.GRADER_TAMPERED: Outcome.FAILED,  # the agent changed /tests or the reward's place
     }
 )
 
@@ -76,6 +77,8 @@ class PhaseLog:
     setup: AgentSetup | None = None
     report: AgentReport | None = None
     graded_nothing: str | None = None  # why the verifier's reward stands on no test (verifier.py)
+    tampered: tuple[str, ...] = ()  # what of the grader the agent changed (verifier.py)
+    notes: tuple[str, ...] = ()  # what the agent left where the harness reads, and what was skipped
 
 
 # A call the agent ended on that is the API's doing: a refused key, rate limits or overload that
@@ -129,8 +132,11 @@ def classify(log: PhaseLog) -> Reason:
     so), then timeouts, then a grader that graded nothing, then the reward.
 
     A ceiling hit only decides when the trial did not pass: an agent that ran into its pids
-    ceiling once, recovered and passed the tests has passed.
+    ceiling once, recovered and passed the tests has passed. A grader the agent changed
+    outranks everything: its reward means nothing, and nothing else can excuse the change.
     """
+    if log.tampered:
+        return Reason.GRADER_TAMPERED
     kernel = reason_from_evidence(log.evidence)
     passed = log.error is None and reason_for_reward(log.reward) is Reason.TESTS_PASSED
     if kernel is not None and not passed:

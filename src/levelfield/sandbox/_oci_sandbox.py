@@ -13,7 +13,7 @@ import io
 import tarfile
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -29,11 +29,13 @@ from levelfield.sandbox import (
     _engine,
     _offline,
     _output,
+    _tree,
     _volumes,
 )
 from levelfield.tasks import Task
 
 LOG_DIRS = ("logs", "logs/agent", "logs/verifier", "logs/artifacts")
+READ_MAX_BYTES = 16 << 20  # a report file the verifier checks; past that it is not read
 
 
 @dataclass(slots=True)
@@ -43,6 +45,13 @@ class _Snapshot:
 
     counters: _cgroup.Counters = field(default_factory=_cgroup.Counters)
     engine_oom_killed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Archived:
+    tar: tarfile.TarFile
+    kind: str  # what the path itself is (_tree.Entry.kind)
+    target: str  # a link's target
 
 
 class OciSandbox:
@@ -127,17 +136,60 @@ class OciSandbox:
             self._quiet(["sh", "-c", _offline.UV_SHIM_INSTALL])
 
     def read_file(self, path: PurePosixPath) -> bytes | None:
+        found = self.read_entry(path, max_bytes=READ_MAX_BYTES)
+        return found.data if found.kind == "file" else None
+
+    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
+        """What `path` itself is comes from the engine's stat of it: Podman's archive of a link
+        holds the link's target, Docker's the link."""
+        with self._archive(path) as found:
+            if found is None:
+                return _tree.Entry("missing")
+            if found.kind != "file":
+                return _tree.Entry(found.kind, target=found.target)
+            return _tree.tar_entry(found.tar, max_bytes=max_bytes)
+
+    def digests(self, path: PurePosixPath) -> dict[str, str]:
+        """{} when the container is gone: nothing can be said of its files then."""
+        with self._archive(path) as found:
+            if found is None:
+                return {".": "missing"} if self._state() else {}
+            if found.kind == "symlink":
+                return {".": f"symlink:{found.target}"}
+            return _tree.tar_digests(found.tar) if found.kind == "directory" else {".": found.kind}
+
+    def renew_dir(self, path: PurePosixPath, *, keep_in: Path) -> tuple[str, ...]:
+        """What the agent left is kept from the engine's archive; the removal runs in the
+        container, so the verifier checks from outside that the directory is new and empty."""
+        listed: list[str] = []
+        with self._archive(path) as found:
+            if found is not None and found.kind == "directory":
+                _tree.extract_tar(found.tar, keep_in, strip_first=True)
+                listed = _tree.tar_inventory(found.tar)
+            elif found is not None:
+                listed = [f"itself ({_tree.Entry(found.kind, target=found.target).describe()})"]
+        self._quiet(["sh", "-c", 'rm -rf -- "$1" && mkdir -p -- "$1"', "sh", str(path)])
+        return tuple(listed)
+
+    @contextlib.contextmanager
+    def _archive(self, path: PurePosixPath) -> Iterator[_Archived | None]:
+        """The engine's tar of `path`, spooled to disk (seekable, and never all in memory), with
+        what the path itself is by the engine's own stat; None when it does not exist."""
         import docker.errors
 
-        try:
-            stream, _ = self.api.get_archive(self.container_id, str(path))
-            data = b"".join(stream)
-        except docker.errors.APIError:
-            return None
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            member = next((m for m in tar.getmembers() if m.isfile()), None)
-            extracted = tar.extractfile(member) if member is not None else None
-            return extracted.read() if extracted is not None else None
+        with tempfile.TemporaryFile() as spool:
+            try:
+                stream, stat = self.api.get_archive(self.container_id, str(path))
+                for chunk in stream:
+                    spool.write(chunk)
+            except docker.errors.APIError:
+                yield None
+                return
+            spool.seek(0)
+            kind = _tree.go_mode_kind(int(stat.get("mode") or 0))
+            target = str(stat.get("linkTarget") or "") if kind == "symlink" else ""
+            with tarfile.open(fileobj=spool) as tar:
+                yield _Archived(tar, kind, target)
 
     def usage(self) -> Usage:
         free, used = self._storage()
@@ -200,27 +252,14 @@ class OciSandbox:
             return Observables()
         return Observables(self.init_pid or None, self.cgroup.dirs.get("unified"))
 
-    def collect_logs(self, dest: Path) -> None:
-        """Copy the container's /logs tree to `dest` (works on a stopped container too)."""
-        import docker.errors
-
+    def collect_logs(self, dest: Path) -> tuple[str, ...]:
+        """Copy the container's /logs tree to `dest` (works on a stopped container too): links
+        stay links, FIFOs, sockets and devices stay behind. Returns what was not copied."""
         dest.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile() as spool:
-            try:
-                stream, _ = self.api.get_archive(self.container_id, "/logs")
-                for chunk in stream:
-                    spool.write(chunk)
-            except docker.errors.APIError:
-                return
-            spool.seek(0)
-            with tarfile.open(fileobj=spool) as tar:
-                for member in tar.getmembers():
-                    parts = PurePosixPath(member.name).parts[1:]  # drop the leading "logs"
-                    if not parts:
-                        continue
-                    member.name = str(PurePosixPath(*parts))
-                    with contextlib.suppress(tarfile.TarError, OSError):
-                        tar.extract(member, dest, filter="data")
+        with self._archive(PurePosixPath("/logs")) as found:
+            if found is None or found.kind != "directory":
+                return ()
+            return _tree.extract_tar(found.tar, dest, strip_first=True).listed()
 
     def close(self) -> None:
         if self._closed:
