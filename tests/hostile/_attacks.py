@@ -34,7 +34,7 @@ else echo '{{"reward": 0}}' > /logs/verifier/reward.json; fi
 GRADE_SOURCED = "sleep 2\n. /tests/check.sh\n"
 
 FAILED = (Outcome.FAILED, Reason.TESTS_FAILED)
-TAMPERED = (Outcome.FAILED, getattr(Reason, "GRADER_TAMPERED", None))
+TAMPERED = (Outcome.FAILED, Reason.GRADER_TAMPERED)
 VERIFIER_ERROR = (Outcome.INFRA_ERROR, Reason.VERIFIER_ERROR)
 BACKGROUND = "nohup setsid bash -c {script} >/dev/null 2>&1 &"
 

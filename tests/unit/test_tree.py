@@ -9,6 +9,8 @@ import socket
 import tarfile
 from pathlib import Path, PurePosixPath
 
+import pytest
+
 from levelfield.sandbox import _tree
 
 
@@ -65,7 +67,7 @@ def test_renew_dir_keeps_and_lists_what_was_there_and_leaves_a_new_empty_one(
     tmp_path: Path,
 ) -> None:
     root = _sandbox(tmp_path)
-    before = os.stat(root / "verifier").st_ino
+    held = os.open(root / "verifier", os.O_RDONLY | os.O_DIRECTORY)  # a process kept it open
     listed = _tree.renew_dir(root, PurePosixPath("verifier"), tmp_path / "left")
     assert listed == (
         "fifo (a fifo)",
@@ -73,7 +75,11 @@ def test_renew_dir_keeps_and_lists_what_was_there_and_leaves_a_new_empty_one(
         f"reward.txt (a symbolic link to {tmp_path / 'host-secret'})",
     )
     assert list((root / "verifier").iterdir()) == []
-    assert os.stat(root / "verifier").st_ino != before  # a descriptor kept on the old one is moot
+    try:  # what was kept open is the old directory, gone: nothing written there reaches the new
+        with pytest.raises(FileNotFoundError):
+            os.open("reward.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=held)
+    finally:
+        os.close(held)
     assert (tmp_path / "left" / "reward.json").read_text() == '{"reward": 0}'
     assert (tmp_path / "host-secret").read_text() == "1\n"
     assert _tree.renew_dir(root, PurePosixPath("agent"), tmp_path / "left2") == (
@@ -130,3 +136,23 @@ def test_extract_tar_writes_nothing_through_a_link_of_the_archive(tmp_path: Path
     assert list(host.iterdir()) == []
     assert os.readlink(tmp_path / "dest" / "out") == str(host)
     assert copied.listed() == ("out/x (under a link, not copied)", "pipe (a fifo, not copied)")
+
+
+def test_the_hosts_root_only_entries_are_found_and_covered(tmp_path: Path) -> None:
+    """What a process sandbox hides under the bound system directories (sandbox/_bwrap.py)."""
+    from levelfield.sandbox import _bwrap
+
+    (tmp_path / "open" / "deeper").mkdir(parents=True)
+    (tmp_path / "open" / "readable").write_text("x")
+    (tmp_path / "open" / "deeper" / "key").write_text("secret")
+    (tmp_path / "open" / "deeper" / "key").chmod(0o600)
+    (tmp_path / "closed").mkdir(mode=0o700)
+    (tmp_path / "closed" / "inside").write_text("x")
+    (tmp_path / "link").symlink_to("/etc/shadow")
+    found = _bwrap.host_private_entries.__wrapped__((str(tmp_path),))
+    assert sorted(found) == [tmp_path / "closed", tmp_path / "open" / "deeper" / "key"]
+    argv = _bwrap.hiding(
+        [Path("/etc/shadow"), Path("/etc"), Path("/var/tmp/x"), tmp_path, Path("/etc/hostname")],
+        under_binds=[PurePosixPath("/var/tmp")],
+    )
+    assert argv == ["--tmpfs", "/etc"]  # /etc covers what is in it; /var/tmp is the sandbox's

@@ -18,7 +18,7 @@ import os
 import shutil
 import stat
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -255,12 +255,8 @@ def digests(root: Path, rel: PurePosixPath = HERE) -> dict[str, str]:
     with _closing(fd):
         found = {".": "directory"}
         for path, kind, dir_fd, name in _walk(fd, ""):
-            if kind == "symlink":
-                found[path] = f"symlink:{os.readlink(name, dir_fd=dir_fd)}"
-            elif kind == "file":
-                found[path] = f"file:{_file_sha256(dir_fd, name)}"
-            else:
-                found[path] = kind
+            link = os.readlink(name, dir_fd=dir_fd) if kind == "symlink" else ""
+            found[path] = _digest(kind, lambda: _file_sha256(dir_fd, name), link)  # noqa: B023
         return found
 
 
@@ -383,16 +379,16 @@ def tar_digests(tar: tarfile.TarFile) -> dict[str, str]:
     """As `digests`, for an archive of one directory (its first component is the directory)."""
     found: dict[str, str] = {}
     for member in tar:
-        rel = _strip_first(member.name)
-        kind = tar_kind(member)
-        if kind == "file":
-            extracted = tar.extractfile(member)
-            found[rel] = f"file:{_sha256(extracted) if extracted else _sha256(None)}"
-        elif kind == "symlink":
-            found[rel] = f"symlink:{member.linkname}"
-        else:
-            found[rel] = kind
+        content = lambda: _sha256(tar.extractfile(member))  # noqa: E731, B023
+        found[_strip_first(member.name)] = _digest(tar_kind(member), content, member.linkname)
     return found
+
+
+def _digest(kind: str, sha256: Callable[[], str], target: str) -> str:
+    """One entry of `digests`, the same whether read on the host or from an archive."""
+    if kind == "file":
+        return f"file:{sha256()}"
+    return f"symlink:{target}" if kind == "symlink" else kind
 
 
 def tar_inventory(tar: tarfile.TarFile) -> list[str]:

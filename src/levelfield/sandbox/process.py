@@ -58,7 +58,6 @@ class ProcessBackend:
     def __init__(self, options: BackendOptions) -> None:
         self.options = options
         self._host: _cgroup.CgroupHost | None = None
-        self._private: list[Path] | None = None
 
     @property
     def cgroups(self) -> _cgroup.CgroupHost:
@@ -68,10 +67,9 @@ class ProcessBackend:
 
     def hidden(self, task: Task) -> list[Path]:
         """What the agent must not read though it lies in a bound system directory: the host's
-        root-only entries (found once per backend), the run directory and the dataset."""
-        if self._private is None:
-            self._private = _bwrap.host_private_entries()
-        return [*self._private, self.options.run_dir.resolve(), task.path.resolve().parent]
+        root-only entries, the run directory and the dataset."""
+        private = _bwrap.host_private_entries()
+        return [*private, self.options.run_dir.resolve(), task.path.resolve().parent]
 
     def check(self) -> list[str]:
         problems = [
