@@ -57,6 +57,7 @@ class DisclosedSandbox:
 
     def __init__(self, box: Sandbox, limits: Limits) -> None:
         self._box, self._env = box, disclosure_env(limits)
+        self.secrets = box.secrets
 
     def exec(
         self,

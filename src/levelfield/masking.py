@@ -1,22 +1,25 @@
 """Secrets stay secret even when an agent prints them: every secret value levelfield knows is
-masked in every file of a trial's directory and in the record before the store sees it, the way
-CI systems mask secrets in build logs.
+masked as it is written (a phase's output, the proxy's conversation, the trajectory), and again in
+the trial's files and record when it ends, the way CI systems mask secrets in build logs. A run
+killed with SIGKILL mid-trial therefore leaves nothing unmasked in what levelfield wrote.
 
-Known values: the agent's API key (from its variable or its file) and the value of every variable
-of the harness's environment whose name says it holds a secret (…_API_KEY, …_TOKEN, …_SECRET,
-…PASSWORD). Values shorter than MIN_SECRET_CHARS are left alone: masking "1" would mask every
-digit of a log and protect nothing. Logs are plain text while a trial runs and masked when it
-ends; a trial directory that a killed run left is discarded by the resume before anything reads it.
+Known values: the agent's API key (from its variable or its file), the trial's dummy token, and
+the value of every variable of the harness's environment whose name says it holds a secret
+(…_KEY, …_TOKEN, …_SECRET, …PASSWORD…, …_CREDENTIALS, DATABASE_URL), plus the password of any
+URL in that environment (`PIP_INDEX_URL=https://user:token@host/simple`). Whatever its value, a
+credential written in a URL (`scheme://user:token@host`) is masked too. Values shorter than
+MIN_SECRET_CHARS are left alone: masking "1" would mask every digit of a log and protect nothing.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from pydantic import BaseModel
 
@@ -24,12 +27,22 @@ M = TypeVar("M", bound=BaseModel)
 
 MASK = "***"
 MIN_SECRET_CHARS = 8
-SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$", re.IGNORECASE)
+SECRET_NAME = re.compile(
+    r"(KEY|TOKEN|SECRET|CREDENTIALS?)$|PASSWORD|PASSWD|^DATABASE_URL$", re.IGNORECASE
+)
+# The userinfo of a URL: `//user:password@` (the password masked), or `//token@` for a user
+# name long enough to be a token (`https://ghp_…@github.com`). No scheme needed, so a URL split
+# after its scheme is still recognised.
+_URL_PASSWORD = re.compile(rb"(//[^/\s:@]*:)([^/\s@]+)(@)")
+_URL_TOKEN_USER = re.compile(rb"(//)([^/\s:@]{16,})(@)")
+_URL_OPEN = re.compile(rb"//[^/?#@\s]{0,256}\Z")  # userinfo that may continue in the next write
+_DANGLING_PASSWORD = re.compile(rb"(//[^/\s:@]*:)([^/\s@]+)\Z")
 
 
 @dataclass
 class Masker:
-    """The secret values of one run; `add` takes more (a per-trial token, for instance)."""
+    """The secret values of one trial; `add` takes more (its dummy token, for instance) and every
+    writer made from it sees them from then on."""
 
     values: set[str] = field(default_factory=set)
 
@@ -39,40 +52,37 @@ class Masker:
                 self.values.add(value)
         return self
 
-    def _ordered(self) -> list[str]:
-        return sorted(self.values, key=len, reverse=True)  # a key that contains another first
+    def _ordered(self) -> list[bytes]:
+        return sorted((v.encode() for v in self.values), key=len, reverse=True)  # longest first
 
     def text(self, text: str) -> str:
-        for value in self._ordered():
-            text = text.replace(value, MASK)
-        return text
+        return self.data(text.encode(errors="surrogatepass")).decode(errors="surrogatepass")
 
     def data(self, raw: bytes) -> bytes:
         for value in self._ordered():
-            raw = raw.replace(value.encode(), MASK.encode())
-        return raw
+            raw = raw.replace(value, MASK.encode())
+        raw = _URL_PASSWORD.sub(rb"\1" + MASK.encode() + rb"\3", raw)
+        return _URL_TOKEN_USER.sub(rb"\1" + MASK.encode() + rb"\3", raw)
 
     def record(self, model: M) -> M:
         """A stored model with every string value masked (field names are never touched, so a
         secret that happens to equal one cannot break the record)."""
-        if not self.values:
-            return model
         dumped = model.model_dump(mode="json")
-        masked = self._walk(dumped)
+        masked = self.value(dumped)
         return model if masked == dumped else type(model).model_validate(masked)
 
-    def _walk(self, value: Any) -> Any:
+    def value(self, value: Any) -> Any:
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
-            return {k: self._walk(v) for k, v in value.items()}
+            return {k: self.value(v) for k, v in value.items()}
         if isinstance(value, list):
-            return [self._walk(v) for v in value]
+            return [self.value(v) for v in value]
         return value
 
     def files(self, root: Path) -> int:
         """Rewrite every regular file under `root` that holds a secret; returns how many."""
-        if not self.values or not root.exists():
+        if not root.exists():
             return 0
         changed = 0
         for path in _regular_files(root):
@@ -86,6 +96,53 @@ class Masker:
                 changed += 1
         return changed
 
+    def writer(self, sink: BinaryIO) -> MaskingWriter:
+        return MaskingWriter(self, sink)
+
+
+class MaskingWriter:
+    """Writes a stream to `sink` with every secret masked before it reaches the file. A secret
+    can arrive split across two writes (a pipe hands over whatever was written so far), so the
+    tail that could be the start of one is held back until the next write shows how it goes on.
+    `close()` writes that tail, masked if it is a secret's first MIN_SECRET_CHARS or more."""
+
+    def __init__(self, masker: Masker, sink: BinaryIO) -> None:
+        self.masker, self.sink = masker, sink
+        self._held = b""
+
+    def write(self, data: bytes) -> int:
+        masked = self.masker.data(self._held + data)
+        keep = self._held_back(masked)
+        self._held = masked[len(masked) - keep :] if keep else b""
+        self.sink.write(masked[: len(masked) - keep])
+        return len(data)
+
+    def flush(self) -> None:
+        self.sink.flush()
+
+    def close(self) -> None:
+        tail = self._held
+        self._held = b""
+        if any(len(tail) >= MIN_SECRET_CHARS and v.startswith(tail) for v in self._values()):
+            tail = MASK.encode()
+        tail = _DANGLING_PASSWORD.sub(rb"\1" + MASK.encode(), tail)
+        self.sink.write(tail)
+        self.sink.flush()
+
+    def _values(self) -> list[bytes]:
+        return [v.encode() for v in self.masker.values]
+
+    def _held_back(self, data: bytes) -> int:
+        """How many trailing bytes could still become a secret or a URL's userinfo."""
+        keep = 1 if data.endswith(b"/") else 0
+        for value in self._values():
+            for size in range(min(len(value) - 1, len(data)), keep, -1):
+                if data.endswith(value[:size]):
+                    keep = size
+                    break
+        url = _URL_OPEN.search(data)
+        return max(keep, len(data) - url.start()) if url is not None else keep
+
 
 def _regular_files(root: Path) -> Iterable[Path]:
     for dirpath, _dirs, names in os.walk(root):
@@ -96,7 +153,18 @@ def _regular_files(root: Path) -> Iterable[Path]:
 
 
 def secret_values_of(environ: Mapping[str, str]) -> list[str]:
-    return [v for k, v in environ.items() if SECRET_NAME.search(k)]
+    """Values of secret-named variables, and the password of any URL among the values."""
+    named = [v for k, v in environ.items() if SECRET_NAME.search(k)]
+    return named + [p for p in map(url_password, environ.values()) if p]
+
+
+def url_password(value: str) -> str | None:
+    if "://" not in value or "@" not in value:
+        return None
+    try:
+        return urllib.parse.unquote(urllib.parse.urlsplit(value.strip()).password or "") or None
+    except ValueError:
+        return None
 
 
 def known_secrets(*extra: str | None, environ: Mapping[str, str] | None = None) -> Masker:

@@ -14,6 +14,7 @@ thread so that no trial waits for it. Credentials in an index URL never leave th
 
 from __future__ import annotations
 
+import base64
 import configparser
 import contextlib
 import hashlib
@@ -28,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
+from levelfield.masking import Masker, url_password
 from levelfield.records import IndexProbe, NetworkUse
 from levelfield.sandbox._netns import NetCounters, counters
 
@@ -170,19 +172,22 @@ def probe_index(
     project, _, filename = probe_file.partition("/")
     started = datetime.now(UTC).isoformat(timespec="milliseconds")
     shown = without_credentials(index_url)
+    auth = _basic_auth(index_url)
     try:
-        page_url = urllib.parse.urljoin(index_url.rstrip("/") + "/", f"{project}/")
-        page = _get(page_url, timeout_s).decode(errors="replace")
+        page_url = urllib.parse.urljoin(shown.rstrip("/") + "/", f"{project}/")
+        page = _get(page_url, timeout_s, auth).decode(errors="replace")
         link = next((h for h in _HREF.findall(page) if _filename(h) == filename), None)
         if link is None:
             raise LookupError(f"{filename} not listed on the index page of {project}")
         file_url = urllib.parse.urljoin(page_url, link)
+        same_host = urllib.parse.urlsplit(file_url).netloc == urllib.parse.urlsplit(page_url).netloc
         t0 = time.monotonic()
-        body = _get(file_url, timeout_s)
+        body = _get(file_url, timeout_s, auth if same_host else None)
         duration = time.monotonic() - t0
         _check_digest(body, link)
     except Exception as exc:  # every failure to fetch is the probe's result
-        return IndexProbe(index_url=shown, at=started, error=f"{type(exc).__name__}: {exc}"[:300])
+        said = Masker().add(url_password(index_url)).text(f"{type(exc).__name__}: {exc}")
+        return IndexProbe(index_url=shown, at=started, error=said[:300])
     return IndexProbe(
         index_url=shown,
         file_url=without_credentials(file_url.split("#")[0]),
@@ -197,8 +202,22 @@ def _filename(href: str) -> str:
     return urllib.parse.unquote(urllib.parse.urlsplit(href).path.rsplit("/", 1)[-1])
 
 
-def _get(url: str, timeout_s: float) -> bytes:
-    request = urllib.request.Request(url, headers={"User-Agent": "levelfield-index-probe"})
+def _basic_auth(url: str) -> str | None:
+    """The index's credentials as pip sends them: in a header, never in the URL it requests
+    (urllib would take `user:token@host` for a host and port, and say so in its error)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return None
+    user = urllib.parse.unquote(parts.username)
+    password = urllib.parse.unquote(parts.password or "")
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def _get(url: str, timeout_s: float, auth: str | None = None) -> bytes:
+    headers = {"User-Agent": "levelfield-index-probe"}
+    if auth is not None:
+        headers["Authorization"] = auth
+    request = urllib.request.Request(url, headers=headers)
     with urllib.request.urlopen(request, timeout=timeout_s) as response:
         return bytes(response.read())
 

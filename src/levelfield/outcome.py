@@ -81,23 +81,43 @@ class PhaseLog:
     notes: tuple[str, ...] = ()  # what the agent left where the harness reads, and what was skipped
 
 
-# A call the agent ended on that is the API's doing: a refused key, rate limits or overload that
-# its retries did not get past, a server error, or no answer at all. Other 4xx (a malformed
-# request, a context too long) are the agent's own.
+# Whose doing a failed model call is: one rule for every path (the terminal agent's own client,
+# the proxy's record of a CLI's calls, what a CLI says of its last call). The API's: a refused
+# key (401, 403), rate limits and overload that the retries did not get past, a server error, no
+# answer at all or an answer broken off. The agent's: any other 4xx (a malformed request, a
+# context too long) and a call it cut short itself (its own deadline, its own exit).
 API_STOP_OUTCOMES: Final = frozenset(
     {"rate_limited", "overloaded", "server_error", "connection_error"}
 )
 AUTH_STATUSES: Final = frozenset({401, 403})
 
 
+def outcome_for_status(status: int | None, text: str = "") -> str:
+    """The word an answer's HTTP status gets (`ApiCall.outcome`); None means no answer came.
+    `text` is the answer's body: a 5xx that says it is overloaded is an overload."""
+    if status is None:
+        return "connection_error"
+    if 200 <= status < 300:
+        return "ok"
+    if status == 429:
+        return "rate_limited"
+    if status == 529 or (status >= 500 and "overloaded" in text.lower()):
+        return "overloaded"
+    return "server_error" if status >= 500 else "client_error"
+
+
+def is_api_failure(status: int | None, outcome: str) -> bool:
+    """The one rule: is a call that ended this way the API's failure rather than the agent's?"""
+    return outcome in API_STOP_OUTCOMES or (outcome != "ok" and status in AUTH_STATUSES)
+
+
 def stopping_call(calls: tuple[ApiCall, ...] | list[ApiCall]) -> ApiCall | None:
-    """The failed call that stopped the agent: its last call, when no success came after it."""
+    """The failed call that stopped the agent: its last call, when no success came after it and
+    the failure was the API's."""
     last = calls[-1] if calls else None
-    if last is None or last.outcome == "ok":
+    if last is None or not is_api_failure(last.status, last.outcome):
         return None
-    if last.outcome in API_STOP_OUTCOMES or last.status in AUTH_STATUSES:
-        return last
-    return None
+    return last
 
 
 def reason_for_error(exc: BaseException) -> Reason:

@@ -171,7 +171,13 @@ class ApiCall(_Frozen):
     attempt: int = Field(description="1 for the first try of a turn, 2+ for retries.")
     status: int | None = Field(None, description="HTTP status; None when no response came.")
     outcome: Literal[
-        "ok", "rate_limited", "overloaded", "server_error", "client_error", "connection_error"
+        "ok",
+        "rate_limited",
+        "overloaded",
+        "server_error",
+        "client_error",
+        "connection_error",
+        "cut_short",  # the agent's side ended it before the answer was whole (outcome.py)
     ]
     tokens_in: int | None = None
     tokens_out: int | None = None
@@ -181,6 +187,11 @@ class ApiCall(_Frozen):
     )
     streamed: bool = False
     retry_after_s: float | None = Field(None, description="What a 429 or 529 asked to wait.")
+    error: str | None = Field(
+        None,
+        description="What went wrong where the status does not say it: an error event in a "
+        "200 stream, a stream broken off, a call the agent cut short.",
+    )
 
 
 class ImageRecord(_Frozen):

@@ -63,7 +63,8 @@ class TrialContext:
 def run_trial(
     trial: Trial, backend: Backend, ctx: TrialContext, *, admission_wait_s: float | None = None
 ) -> TrialRecord:
-    """Secrets are masked in every file of the trial directory and in the record before the
+    """Secrets are masked as each log is written (the sandbox's pumps, the proxy's conversation,
+    the trajectory), then in every file of the trial directory and in the record before the
     executor stores it (masking.py)."""
     trial_dir = _fresh_dir(ctx.trial_dir(trial))
     host = host_context(ctx.in_flight(), ctx.node)
@@ -80,7 +81,9 @@ def run_trial(
         agent = make_agent(trial.agent, ctx.agent_options, repeat=trial.repeat, window=trial.window)
         task = replace(trial.task, allow_internet=True) if agent.needs_network else trial.task
         mounts = agent.mounts() if hasattr(agent, "mounts") else ()  # may prepare it on the host
-        box = backend.start(task, limits, trial_id=trial.key, trial_dir=trial_dir, mounts=mounts)
+        box = backend.start(
+            task, limits, trial_id=trial.key, trial_dir=trial_dir, mounts=mounts, secrets=masker
+        )
         phase_s["start"] = time.monotonic() - t0
         log.image = box.image
         ctx.track(box, alive=True)
@@ -101,7 +104,7 @@ def run_trial(
     record = _record(trial, ctx, log, limits, host, sampler, phase_s, started, t0)
     record = record.model_copy(update={"telemetry": watch.add_to(record.telemetry)})
     record = masker.record(record)
-    masker.files(trial_dir)
+    masker.files(trial_dir)  # what the sandbox left under /logs, copied as it was
     (trial_dir / "record.json").write_text(record.model_dump_json(indent=2))
     return record
 
@@ -223,10 +226,11 @@ def with_outcome_notes(evidence: Evidence | None, log: PhaseLog) -> Evidence | N
     stopped = stopping_call(log.api_calls)
     if stopped is not None:
         failed = sum(1 for call in log.api_calls if call.outcome != "ok")
+        said = f": {stopped.error}" if stopped.error else ""
         notes.append(
             f"the model API stopped the agent: its last call ({stopped.endpoint or 'API'}, "
             f"attempt {stopped.attempt}) was answered {stopped.status or 'nothing'} "
-            f"({stopped.outcome}); {failed} of {len(log.api_calls)} calls failed"
+            f"({stopped.outcome}{said}); {failed} of {len(log.api_calls)} calls failed"
         )
     if evidence is None or not notes:
         return evidence
@@ -246,7 +250,7 @@ def _phases(
     agent never ran, so there is nothing to grade."""
     setup = _setup(trial, agent, box, trial_dir, log, phase_s)
     if setup is not None and setup.failed:
-        _write_trajectory(trial, None, trial_dir, setup)
+        _write_trajectory(trial, None, trial_dir, box.secrets, setup)
         return
     task, agent_box = trial.task, box
     if trial.limits_disclosed:
@@ -257,7 +261,7 @@ def _phases(
     log.agent, log.api_calls, log.report = run.phase, run.api_calls, run.report
     log.trajectory = run.drawn
     phase_s["agent"] = time.monotonic() - t
-    _write_trajectory(trial, run, trial_dir, setup)
+    _write_trajectory(trial, run, trial_dir, box.secrets, setup)
     mark("verifier")
     t = time.monotonic()
     verdict = run_verifier(trial.task, box, trial_dir=trial_dir)
@@ -285,7 +289,11 @@ def _setup(
 
 
 def _write_trajectory(
-    trial: Trial, run: AgentRun | None, trial_dir: Path, setup: AgentSetup | None = None
+    trial: Trial,
+    run: AgentRun | None,
+    trial_dir: Path,
+    masker: Masker,
+    setup: AgentSetup | None = None,
 ) -> None:
     """In the replay agent's input format, so this trial can be replayed under other policies;
     the setup rides along under its own key, which a replay skips."""
@@ -300,7 +308,7 @@ def _write_trajectory(
     if setup is not None:
         doc["setup"] = setup.model_dump(mode="json")
     doc["steps"] = list(run.steps) if run is not None else []
-    (trial_dir / "trajectory.json").write_text(json.dumps(doc, indent=2))
+    (trial_dir / "trajectory.json").write_text(json.dumps(masker.value(doc), indent=2))
 
 
 def _fresh_dir(path: Path) -> Path:

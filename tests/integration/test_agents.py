@@ -1,6 +1,7 @@
 """Model-driven agents through the real sandbox: a CLI agent installed with npm inside it, the
 built-in terminal agent against a scripted OpenAI-compatible server, trajectories replayed under
-other policies, and API keys that reach the agent but nothing a run writes."""
+other policies, and API keys that reach neither the agent (it holds the proxy's URL and a dummy
+token) nor anything a run writes."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ PLANTED_KEY = "sk-levelfield-planted-3f9c1e77"
 FAST_RETRIES = {"api_attempts": 3, "api_backoff_s": 0.05}
 
 SOLVER_JS = """#!/usr/bin/env node
-// A tiny CLI agent: reads its instruction, does what it says, proves it saw its API key.
+// A tiny CLI agent: reads its instruction, does what it says, tells what key and URL it holds.
 const fs = require("fs");
 const crypto = require("crypto");
 const text = fs.readFileSync(process.env.LEVELFIELD_INSTRUCTION_FILE, "utf8");
@@ -30,6 +31,7 @@ const word = text.match(/word (\\w+)/)[1];
 fs.writeFileSync("/app/answer.txt", word + "\\n");
 const key = process.env.OPENAI_API_KEY || "";
 fs.writeFileSync("/app/key.sha256", crypto.createHash("sha256").update(key).digest("hex"));
+fs.writeFileSync("/app/base_url.txt", process.env.OPENAI_BASE_URL || "");
 console.log("solver wrote", word);
 """
 PACKAGE_JSON = {"name": "lf-solver", "version": "1.0.0", "bin": {"lf-solver": "solver.js"}}
@@ -77,11 +79,13 @@ def test_command_agent_installs_a_real_cli_in_the_sandbox_and_keeps_the_key_secr
     log = (tmp_path / "run" / "trials" / record.trial_key / "agent.log").read_text()
     assert "solver wrote swordfish" in log
     assert PLANTED_KEY.encode() not in _everything_written(tmp_path / "run")
-    # the agent did get the key: the hash it wrote in /app matches (checked via the verifier)
+    # the agent held a key, not the real one, and the proxy's URL (checked via the verifier)
     digest = hashlib.sha256(PLANTED_KEY.encode()).hexdigest()
+    empty = hashlib.sha256(b"").hexdigest()
     task2 = make_task(
         "cli-key",
-        test=f'test "$(cat /app/key.sha256)" = {digest}',
+        test=f'k=$(cat /app/key.sha256); test "$k" != {digest} && test "$k" != {empty} && '
+        "grep -qE '^http://127.0.0.1:[0-9]+/openai$' /app/base_url.txt",
         memory_mb=512,
         files={
             "environment/solver/solver.js": SOLVER_JS,

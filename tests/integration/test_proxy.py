@@ -1,8 +1,8 @@
-"""The recording proxy between the real `anthropic` and `openai` SDKs and the scripted model, on
-loopback: each API, streamed or not, is parsed by the SDK (not by us), and the proxy's record of
-the call must agree with what the SDK read. Then: the key swap, a stranger's token, retries of a
-429, server errors, and a listener inside a network namespace that the host cannot reach.
-About 5 s in all."""
+"""The recording proxy between the real `anthropic`, `openai` and `google-genai` SDKs and the
+scripted model, on loopback: each API, streamed or not, is parsed by the SDK (not by us), and the
+proxy's record of the call must agree with what the SDK read. Then: the key swap (wherever the
+client put its token), a stranger's token, retries of a 429, server errors, and a listener inside
+a network namespace that the host cannot reach. About 10 s in all."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ def proxy(model: ScriptedModel, tmp_path: Path) -> Iterator[tuple[ModelProxy, di
     routes = [
         Route("anthropic", upstream, SecretStr(REAL_KEY)),
         Route("openai", upstream + "/v1", SecretStr(REAL_KEY)),
+        Route("gemini", upstream, SecretStr(REAL_KEY)),
     ]
     with ModelProxy(routes, conversation=tmp_path / "conversation.jsonl") as proxy:
         urls = proxy.base_urls(proxy.listen())
@@ -249,3 +251,55 @@ def test_side_requests_get_answers_in_their_protocols_shape(
         "/chat/completions",
     ]
     assert relay.trajectory() == []  # no tool call, no step
+
+
+GEMINI_SHELL = {
+    "name": "run_shell_command",
+    "parameters": {"type": "OBJECT", "properties": {"command": {"type": "STRING"}}},
+}
+
+
+def test_gemini_streamed_or_not_is_relayed_with_the_key_put_where_the_token_was(
+    proxy: tuple[ModelProxy, dict[str, str]], model: ScriptedModel
+) -> None:
+    """Google's SDK sends its key in x-goog-api-key; its REST form also takes `key=`. Either
+    way the scripted model gets the real key, and the SDK reads the answer it expects."""
+    genai = pytest.importorskip("google.genai")
+    types = genai.types
+    relay, urls = proxy
+    client = genai.Client(
+        api_key=relay.token, http_options=types.HttpOptions(base_url=urls["gemini"])
+    )
+    config = types.GenerateContentConfig(
+        tools=[types.Tool(function_declarations=[types.FunctionDeclaration(**GEMINI_SHELL)])],
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+    )
+    whole = client.models.generate_content(model="gemini-x", contents="hi", config=config)
+    chunks = list(
+        client.models.generate_content_stream(model="gemini-x", contents="hi", config=config)
+    )
+    seen = [whole.function_calls[0].args, chunks[-1].function_calls[0].args]
+    assert seen == [{"command": "echo one"}] * 2
+    counted = client.models.count_tokens(model="gemini-x", contents="hi")
+    assert counted.total_tokens > 0
+    query = f"{urls['gemini']}/v1beta/models/gemini-x:generateContent?key={relay.token}"
+    body = json.dumps({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}).encode()
+    request = urllib.request.Request(query, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert json.load(answer)["candidates"][0]["content"]["parts"][0]["text"]
+    calls = relay.calls
+    assert [(c.endpoint or "").rpartition("/models/")[2] for c in calls] == [
+        "gemini-x:generateContent",
+        "gemini-x:streamGenerateContent",
+        "gemini-x:countTokens",
+        "gemini-x:generateContent",
+    ]
+    assert [c.streamed for c in calls] == [False, True, False, False]
+    assert all(c.status == 200 and c.outcome == "ok" for c in calls)
+    usage = whole.usage_metadata
+    assert (calls[0].tokens_in, calls[0].tokens_out) == (
+        usage.prompt_token_count,
+        usage.candidates_token_count,
+    )
+    assert model.keys_seen == [REAL_KEY] * 4  # header or query, the token became the key
+    assert [s["tool"] for s in relay.trajectory()] == ["run_shell_command"] * 2

@@ -78,3 +78,30 @@ def test_tasks_check_lists_problems_and_exits_1(make_task: MakeTask) -> None:
         and "agent.timeout_sec" in done.stdout
         and "1 with problems" in done.stdout
     )
+
+
+CRASH = """
+import os, sys
+from levelfield.cli.app import app, main
+
+@app.command("crash-probe")
+def crash_probe() -> None:
+    options = {"api_key": os.environ["LF_PROBE_API_KEY"]}  # a local that holds a key
+    raise RuntimeError("a bug")
+
+sys.argv = ["levelfield", "crash-probe"]
+main()
+"""
+
+
+def test_a_crash_shows_its_traceback_but_never_its_locals() -> None:
+    """Typer prints a bug's traceback with rich; before 0.16 it showed every frame's locals by
+    default, and a local may hold a key."""
+    key = "sk-levelfield-crash-probe-5f3a9c"
+    env = {"LF_PROBE_API_KEY": key, "PATH": "/usr/bin:/bin", "COLUMNS": "200"}
+    done = subprocess.run(
+        [sys.executable, "-c", CRASH], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0 and "RuntimeError" in done.stderr and "a bug" in done.stderr
+    assert key not in done.stderr + done.stdout
+    assert app.pretty_exceptions_show_locals is False

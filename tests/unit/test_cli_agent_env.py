@@ -1,30 +1,49 @@
-"""What reaches a CLI agent: its key, base URL and model in the variables the CLI reads."""
+"""What reaches a CLI agent: never the key. Every agent given one is proxied, for the providers
+its key variable names; a `command` agent given none keeps its endpoint as given."""
+
+from typing import Any
 
 import pytest
 
 from levelfield.agents import AgentOptions, make_agent
-from levelfield.agents.command import PRESETS, api_environment
 from levelfield.errors import RunConfigError
+from levelfield.tasks import load_task
 
 KEY = "sk-levelfield-unit-0123456789"
 
 
-def test_each_preset_gets_its_key_and_base_url_in_its_own_variables(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("kind", "key_env", "providers"),
+    [
+        ("claude-code", None, ("anthropic",)),
+        ("codex", None, ("openai",)),
+        ("gemini-cli", None, ("gemini",)),
+        ("command", "ANTHROPIC_API_KEY", ("anthropic",)),
+        ("command", "GEMINI_API_KEY", ("gemini",)),
+        ("command", "MY_LLM_KEY", ("anthropic", "openai", "gemini")),  # the name says nothing
+    ],
+)
+def test_every_agent_given_a_key_is_proxied_for_the_providers_its_key_names(
+    kind: str, key_env: str | None, providers: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    monkeypatch.setenv("GEMINI_API_KEY", KEY)
-    options = AgentOptions(base_url="http://127.0.0.1:9/v1", model="m-1")
-    claude = api_environment(PRESETS["claude-code"], "ANTHROPIC_API_KEY", options)
-    assert claude["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9/v1"
-    assert (claude["ANTHROPIC_API_KEY"], claude["LEVELFIELD_MODEL"]) == (KEY, "m-1")
-    codex = api_environment(PRESETS["codex"], "OPENAI_API_KEY", options)
-    assert codex["OPENAI_API_KEY"] == codex["CODEX_API_KEY"] == KEY
-    assert codex["LEVELFIELD_BASE_URL"] == "http://127.0.0.1:9/v1"  # its -c openai_base_url
-    gemini = api_environment(PRESETS["gemini-cli"], "GEMINI_API_KEY", options)
-    assert gemini["GOOGLE_GEMINI_BASE_URL"] == "http://127.0.0.1:9/v1"
-    assert "ANTHROPIC_API_KEY" not in gemini
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "MY_LLM_KEY"):
+        monkeypatch.setenv(name, KEY)
+    options = AgentOptions(command="x", api_key_env=key_env, model="m-1")
+    agent: Any = make_agent(kind, options)
+    assert agent.providers() == providers
+
+
+def test_a_command_agent_without_a_key_keeps_its_endpoint_and_holds_no_key(
+    make_task: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)  # in the harness, not given to this agent
+    options = AgentOptions(command="x", base_url="http://127.0.0.1:9/v1", model="m-1")
+    agent: Any = make_agent("command", options)
+    assert agent.providers() == ()
+    env = agent.environment(load_task(make_task()))
+    assert env["LEVELFIELD_BASE_URL"] == "http://127.0.0.1:9/v1"
+    assert env["LEVELFIELD_MODEL"] == "m-1"
+    assert all(KEY not in value for value in env.values())
 
 
 def test_agent_labels_and_modes(monkeypatch: pytest.MonkeyPatch) -> None:

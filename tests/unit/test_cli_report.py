@@ -2,6 +2,9 @@
 answering 401 (Claude Code 2.1, Codex 0.171, Gemini CLI 0.61), and from a successful run's shape."""
 
 import json
+from typing import Any
+
+import pytest
 
 from levelfield.agents._cli_report import read_claude_code, read_codex, read_gemini_cli
 from levelfield.outcome import PhaseLog, classify
@@ -145,3 +148,61 @@ def test_an_api_failure_the_cli_reported_outranks_its_timeout() -> None:
     assert classify(PhaseLog(agent=PhaseResult(timed_out=True), reward=0.0)) is (
         Reason.AGENT_TIMEOUT
     )
+
+
+# Final words of the real CLIs (Claude Code 2.1.332, Codex 0.171.0, Gemini CLI 0.61.0) against
+# the scripted model told to fail every call, through the proxy: STATUS@1+, reset@1+.
+def _claude_result(**fields: object) -> str:
+    base = {"type": "result", "subtype": "success", "is_error": True, "num_turns": 1}
+    return json.dumps({**base, "terminal_reason": "api_error", **fields})
+
+
+def _codex_failed(message: str) -> str:
+    return json.dumps({"type": "turn.failed", "error": {"message": message}})
+
+
+def _gemini_error(message: str, code: int) -> str:
+    error = {"type": "Error", "message": message, "code": code}
+    return json.dumps({"session_id": "s", "error": error}, indent=2)
+
+
+BAD_REQUEST_BODY = json.dumps(
+    {"error": {"message": "scripted 400 (invalid_request_error)", "type": "invalid_request_error"}}
+)
+GEMINI_400_BODY = json.dumps(
+    {"error": {"code": 400, "message": "scripted 400", "status": "INVALID_ARGUMENT"}}
+)
+CLAUDE_400 = "API Error: 400 scripted 400 (invalid_request_error)"
+CLAUDE_429 = "API Error: Request rejected (429) · scripted 429 (rate_limit_error)"
+CLAUDE_NO_ANSWER = "Request timed out. If the API is slow to answer, set API_TIMEOUT_MS above it."
+CODEX_429 = "exceeded retry limit, last status: 429 Too Many Requests"
+CODEX_5XX = "We’re currently experiencing high demand, which may cause temporary errors."
+CODEX_RESET = (
+    "stream disconnected before completion: Transport error: network error: error decoding "
+    "response body"
+)
+GEMINI_429 = "scripted 429 (RESOURCE_EXHAUSTED). Please retry in 0s."
+FINAL_WORDS = [
+    # a context-length-like 400 is the agent's own, on every CLI
+    (read_claude_code, _claude_result(api_error_status=400, result=CLAUDE_400), False),
+    (read_codex, _codex_failed(BAD_REQUEST_BODY), False),
+    (read_gemini_cli, _gemini_error(GEMINI_400_BODY, 400), False),
+    # rate limits past the CLI's retries are the API's
+    (read_claude_code, _claude_result(api_error_status=429, result=CLAUDE_429), True),
+    (read_codex, _codex_failed(CODEX_429), True),
+    (read_gemini_cli, _gemini_error(GEMINI_429, 429), True),
+    # 5xx past the retries, in Codex's own words
+    (read_codex, _codex_failed(CODEX_5XX), True),
+    # an answer broken off mid-stream: no status at all, and the API's; Gemini CLI says so
+    # with a code of its own (1), not an HTTP status
+    (read_claude_code, _claude_result(result=CLAUDE_NO_ANSWER), True),
+    (read_codex, _codex_failed(CODEX_RESET), True),
+    (read_gemini_cli, _gemini_error("terminated", 1), True),
+]
+
+
+@pytest.mark.parametrize(("reader", "output", "api_failure"), FINAL_WORDS)
+def test_each_cli_s_final_words_are_read_with_the_one_rule(
+    reader: Any, output: str, api_failure: bool
+) -> None:
+    assert reader(output, 1).report.api_failure is api_failure

@@ -113,3 +113,53 @@ def test_an_api_stop_is_an_api_error_unless_the_tests_passed() -> None:
     assert classify(PhaseLog(reward=0.0, api_calls=calls)) is Reason.API_ERROR
     assert classify(PhaseLog(reward=1.0, api_calls=calls)) is Reason.TESTS_PASSED
     assert classify(PhaseLog(reward=0.0, api_calls=calls[:1])) is Reason.TESTS_FAILED
+
+
+def test_failure_plan_names_hangs_resets_and_stream_errors() -> None:
+    assert Failure.parse("hang@2") == Failure(None, 2, False, "hang")
+    assert Failure.parse("reset@1+") == Failure(None, 1, True, "reset")
+    assert Failure.parse("stream-error@3+").kind == "stream-error"
+    with pytest.raises(ValueError, match="hang, reset, stream-error"):
+        Failure.parse("drop@1")
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome", "apis"),
+    [
+        (401, "client_error", True),
+        (403, "client_error", True),
+        (429, "rate_limited", True),
+        (500, "server_error", True),
+        (None, "connection_error", True),
+        (400, "client_error", False),  # a context too long: the agent's request
+        (413, "client_error", False),
+        (None, "cut_short", False),  # the agent's own deadline or exit ended it
+        (200, "cut_short", False),
+        (200, "ok", False),
+    ],
+)
+def test_one_rule_says_whose_failure_a_call_was(
+    status: int | None, outcome: str, apis: bool
+) -> None:
+    from levelfield.outcome import is_api_failure
+
+    assert is_api_failure(status, outcome) is apis
+    assert (stopping_call((_call(status, outcome),)) is not None) is apis
+
+
+def test_statuses_get_the_same_words_on_every_path() -> None:
+    from levelfield.outcome import outcome_for_status
+
+    words = {s: outcome_for_status(s) for s in (None, 200, 400, 401, 429, 500, 503, 529)}
+    assert words == {
+        None: "connection_error",
+        200: "ok",
+        400: "client_error",
+        401: "client_error",
+        429: "rate_limited",
+        500: "server_error",
+        503: "server_error",
+        529: "overloaded",
+    }
+    assert outcome_for_status(503, '{"error": "Overloaded"}') == "overloaded"
+    assert outcome_for_status(400, "overloaded with tokens") == "client_error"

@@ -1,8 +1,10 @@
 """What a CLI agent says about its own run, read from its machine-readable output: Claude Code's
 `--output-format stream-json` lines, Codex's `exec --json` events, Gemini CLI's `--output-format
 json` object. Besides status, turns and cost, each reader answers the question the outcome needs:
-did the model's API fail (401, 429, 5xx, no connection)? Such a run is the infrastructure's
-failure, not the agent's. The commands the CLI ran become its trajectory, in the replay format.
+did the model's API fail? It applies the one rule every path shares (`outcome.is_api_failure`)
+to the status the CLI names: 401, 403, 429, 5xx and no answer at all (a connection refused, a
+stream broken off) are the API's failure, not the agent's; any other 4xx (a context too long)
+is the agent's own. The commands the CLI ran become its trajectory, in the replay format.
 """
 
 from __future__ import annotations
@@ -13,15 +15,48 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from levelfield.model_api.conversation import StreamError
+from levelfield.outcome import is_api_failure, outcome_for_status
 from levelfield.records import AgentReport
 
 MESSAGE_CHARS = 500
-# Codex reports API failures only as text: "unexpected status 401 Unauthorized: ...".
-_API_TEXT = re.compile(
-    r"unexpected status (4\d\d|5\d\d)|stream disconnected|Connection failed|error sending request"
-    r"|rate.?limit|quota exceeded|overloaded",
+# Codex reports API failures only as text: "unexpected status 401 Unauthorized: ...", "exceeded
+# retry limit, last status: 429 Too Many Requests", or the error body itself as JSON.
+_CODEX_STATUS = re.compile(r"(?:unexpected status|last status:?)\s*(\d{3})\b", re.IGNORECASE)
+# No status, and the API's: no answer, an answer broken off, its own overload words. Codex says
+# "We're currently experiencing high demand" for 5xx past its retries.
+_NO_ANSWER = re.compile(
+    r"stream disconnected|Connection failed|error sending request|Transport error|timed? ?out"
+    r"|\bterminated\b|fetch failed|ECONNRESET|ECONNREFUSED|ETIMEDOUT|socket hang up"
+    r"|other side closed|incomplete json segment|high demand",
     re.IGNORECASE,
 )
+_RATE_WORDS = re.compile(r"rate.?limit|quota exceeded|too many requests", re.IGNORECASE)
+
+
+def api_failed(status: int | None, text: str) -> bool:
+    """The shared rule on what a CLI said: its status when it names one, else its words."""
+    if status is not None:
+        return is_api_failure(status, outcome_for_status(status, text))
+    if _RATE_WORDS.search(text) or "overloaded" in text.lower():
+        return True
+    return bool(_NO_ANSWER.search(text))
+
+
+def _status_in(text: str) -> int | None:
+    """The HTTP status a CLI's error text names: Codex's phrasing, or an error body's own."""
+    found = _CODEX_STATUS.search(text)
+    if found:
+        return int(found[1])
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        body = json.loads(text[start:])
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    return StreamError.of(error).status if isinstance(error, dict) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +94,18 @@ def read_claude_code(text: str, exit_code: int | None) -> Reading:
                     command = (block.get("input") or {}).get("command")
                     if command:
                         commands.append({"command": command, "delay_s": 0.0})
-    api_failure = bool(result.get("is_error")) and (
-        result.get("api_error_status") is not None or result.get("terminal_reason") == "api_error"
-    )
-    status = result.get("subtype")
-    if status and result.get("is_error"):
-        status = f"{status} (is_error)"
+    status = result.get("api_error_status")
+    status = status if isinstance(status, int) else None
+    said_api = status is not None or result.get("terminal_reason") == "api_error"
+    api_failure = bool(result.get("is_error")) and said_api
+    api_failure = api_failure and api_failed(status, str(result.get("result") or ""))
+    word = result.get("subtype")
+    if word and result.get("is_error"):
+        word = f"{word} (is_error)"
     return Reading(
         AgentReport(
             exit_code=exit_code,
-            status=status,
+            status=word,
             turns=result.get("num_turns"),
             cost_usd=result.get("total_cost_usd"),
             api_failure=api_failure,
@@ -96,7 +133,8 @@ def read_codex(text: str, exit_code: int | None) -> Reading:
                 commands.append(
                     {"command": item["command"], "delay_s": 0.0, "exit_code": item.get("exit_code")}
                 )
-    api_failure = status == "turn.failed" and bool(message and _API_TEXT.search(str(message)))
+    said = str(message or "")
+    api_failure = status == "turn.failed" and api_failed(_status_in(said), said)
     return Reading(
         AgentReport(
             exit_code=exit_code,
@@ -114,7 +152,11 @@ def read_gemini_cli(text: str, exit_code: int | None) -> Reading:
     data = _last_object(text)
     error = data.get("error") or {}
     code = error.get("code")
-    api_failure = isinstance(code, int) and 400 <= code < 600
+    said = str(error.get("message") or "")
+    # Its HTTP status when it names one; past its retries a broken connection ends with a
+    # code of its own (1, "terminated"): read the words then, as for every CLI.
+    status = code if isinstance(code, int) and 100 <= code < 600 else _status_in(said)
+    api_failure = bool(error) and api_failed(status, said)
     retrying = None if data else _gemini_last_retry(text)
     if retrying is not None:  # it never answered: it was still retrying its API when it ended
         api_failure, error = True, {"message": retrying}

@@ -4,8 +4,11 @@ Anthropic APIs, with our own retry policy so that every attempt is seen and reco
 The SDKs' built-in retries are off (max_retries=0): a retry hidden inside the SDK would be
 invisible to the telemetry, and rate limits by hour of day are one of the hidden variables the
 reports look for. Rate limits, overloads, 5xx and connection errors are retried with exponential
-backoff; other 4xx are not (retrying a bad request cannot help). What survives the policy is an
-`ApiError`, classified infra_error/api_error: the API failed, not the agent.
+backoff; other 4xx are not (retrying a bad request cannot help). Whose failure a call's end is
+follows the rule every path shares (`outcome.is_api_failure`): what survives the policy and is
+the API's (401, 403, 429, 5xx, no answer) is an `ApiError`, classified infra_error/api_error;
+what is the agent's own (another 4xx, such as a context too long, or a call its own deadline cut
+short) ends the agent's run as `Stopped`, and the trial is graded as it stands.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from typing import Any, Literal
 from pydantic import SecretStr
 
 from levelfield.errors import ApiError, RunConfigError
+from levelfield.outcome import is_api_failure, outcome_for_status
 from levelfield.records import ApiCall
 
 Provider = Literal["openai", "anthropic"]
 MAX_TOKENS = 2048
+DEADLINE_SLACK_S = 0.1  # a timeout this close to the agent's deadline was the deadline's
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +44,15 @@ class Reply:
     text: str
     tokens_in: int | None
     tokens_out: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The agent's own end of its conversation: its deadline cut a call short (`deadline`), or
+    the API refused a request for the agent's own reason (a 4xx other than 401, 403, 429)."""
+
+    why: str
+    deadline: bool
 
 
 @dataclass
@@ -72,16 +86,25 @@ class ChatClient:
     def endpoint(self) -> str:
         return "/v1/messages" if self.provider == "anthropic" else "/chat/completions"
 
-    def complete(self, system: str, messages: list[dict[str, str]], *, deadline: float) -> Reply:
+    def complete(
+        self, system: str, messages: list[dict[str, str]], *, deadline: float
+    ) -> Reply | Stopped:
         for attempt in range(1, self.retry.attempts + 1):
             started, t0 = datetime.now(UTC), time.monotonic()
             try:
                 reply = self._request(system, messages, timeout_s=max(1.0, deadline - t0))
             except Exception as exc:
                 outcome, status = classify_api_error(exc)
-                self.calls.append(_call(started, t0, attempt, status, outcome, None, self.endpoint))
-                retryable = outcome != "client_error"
+                stopped = _agents_own_end(exc, outcome, status, deadline)
+                error = stopped.why if stopped is not None else None
+                if stopped is not None and stopped.deadline:
+                    outcome = "cut_short"  # the agent's deadline ended it, not the API
+                call = _call(started, t0, attempt, status, outcome, None, self.endpoint, error)
+                self.calls.append(call)
+                if stopped is not None:
+                    return stopped
                 wait = self.retry.backoff_s(attempt)
+                retryable = outcome != "client_error"  # a refused key is not retried either
                 if not retryable or attempt == self.retry.attempts or t0 + wait > deadline:
                     raise ApiError(
                         f"{self.provider} API: {type(exc).__name__} after {attempt} "
@@ -123,15 +146,19 @@ class ChatClient:
 def classify_api_error(exc: BaseException) -> tuple[str, int | None]:
     """Status codes of both SDKs' APIStatusError; no status means no response came."""
     status = getattr(exc, "status_code", None)
-    if status is None:
-        return "connection_error", None
-    if status == 429:
-        return "rate_limited", status
-    if status == 529 or "overloaded" in str(exc).lower():
-        return "overloaded", status
-    if status >= 500:
-        return "server_error", status
-    return "client_error", status
+    return outcome_for_status(status, str(exc)), status
+
+
+def _agents_own_end(
+    exc: BaseException, outcome: str, status: int | None, deadline: float
+) -> Stopped | None:
+    """A failed call that is the agent's doing, not the API's (the shared rule), or None."""
+    timed_out = any("Timeout" in cls.__name__ for cls in type(exc).__mro__)
+    if status is None and timed_out and time.monotonic() >= deadline - DEADLINE_SLACK_S:
+        return Stopped("the agent's own deadline cut its model call short", deadline=True)
+    if not is_api_failure(status, outcome):
+        return Stopped(f"the model API refused the agent's request: {_short(exc)}", False)
+    return None
 
 
 def guess_provider(model: str, base_url: str | None, provider: str | None) -> tuple[Provider, str]:
@@ -154,6 +181,7 @@ def _call(
     outcome: str,
     reply: Reply | None = None,
     endpoint: str | None = None,
+    error: str | None = None,
 ) -> ApiCall:
     latency = round(time.monotonic() - t0, 4)
     return ApiCall(
@@ -166,6 +194,7 @@ def _call(
         tokens_out=reply.tokens_out if reply else None,
         endpoint=endpoint,
         first_token_s=latency if reply else None,  # not streamed: the answer comes whole
+        error=error,
     )
 
 

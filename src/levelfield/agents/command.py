@@ -25,8 +25,9 @@ from levelfield.agents import (
     _prepare,
     agent_name,
 )
-from levelfield.agents._proxied import is_proxied, proxied_api
+from levelfield.agents._proxied import PRESET_PROVIDERS, proxied_api
 from levelfield.errors import RunConfigError
+from levelfield.model_api.providers import Provider, providers_for
 from levelfield.records import AgentReport, AgentSetup, PhaseResult
 from levelfield.sandbox import ReadOnlyMount, Sandbox
 from levelfield.tasks import Task
@@ -112,21 +113,14 @@ PRESETS = {
 }
 
 
-def api_environment(preset: Preset | None, key_env: str | None, options: AgentOptions) -> dict:
-    """Key, base URL and model, in the variables the CLI reads. One function, so that a proxy
-    in front of the model API can swap what reaches the sandbox in one place."""
+def unproxied_environment(options: AgentOptions) -> dict[str, str]:
+    """A `command` agent given no key: its model and endpoint, as given. Any agent given a key
+    is proxied (`_proxied.py`) and gets the proxy's URLs and a dummy token instead."""
     env: dict[str, str] = {}
     if options.model:
         env["LEVELFIELD_MODEL"] = options.model
     if options.base_url:
         env["LEVELFIELD_BASE_URL"] = options.base_url
-        if preset is not None:
-            env[preset.base_url_env] = options.base_url
-    key = options.api_key(key_env)
-    if key is not None:
-        names = preset.key_envs if preset is not None and key_env in preset.key_envs else ()
-        for name in names or ((key_env,) if key_env else ()):
-            env[name] = key.get_secret_value()
     return env
 
 
@@ -178,8 +172,17 @@ class CommandAgent:
     def needs_network(self) -> bool:
         """An install in the sandbox needs its package registry; the model API is reached
         through the proxy on the sandbox's own loopback, so a mounted, proxied agent needs no
-        network and the task's setting holds. Gemini CLI calls its API directly."""
-        return not (self.is_mounted and is_proxied(self.kind))
+        network and the task's setting holds."""
+        return not (self.is_mounted and self.providers())
+
+    def providers(self) -> tuple[Provider, ...]:
+        """The APIs the proxy relays for it: a preset's own; a `command` agent's when it is
+        given a key (none otherwise: it is run as it is, with no key to keep from it)."""
+        if self.kind in PRESET_PROVIDERS:
+            return PRESET_PROVIDERS[self.kind]
+        if self.options.api_key(self.key_env) is None:
+            return ()
+        return providers_for(self.key_env)
 
     @property
     def is_mounted(self) -> bool:
@@ -199,7 +202,8 @@ class CommandAgent:
 
     def environment(self, task: Task, proxy_env: dict[str, str] | None = None) -> dict[str, str]:
         """The sandbox's environment. A proxied agent's holds the proxy's URLs and dummy token
-        (`proxy_env`, in its run) and never the key; its setup gets neither."""
+        (`proxy_env`, in its run) and never the key; its setup gets neither. No agent's holds
+        the key."""
         path = LOCAL_ENV["PATH"]
         if self.is_mounted:
             path = f"{_prepare.TREE_IN_SANDBOX}/bin:{path}"
@@ -212,10 +216,10 @@ class CommandAgent:
             **dict(self.preset.quiet_env if self.preset else ()),
             **self.options.agent_env,
         }
-        if is_proxied(self.kind):
+        if self.providers():
             model = {"LEVELFIELD_MODEL": self.options.model} if self.options.model else {}
             return {**env, **model, **(proxy_env or {})}
-        return {**env, **api_environment(self.preset, self.key_env, self.options)}
+        return {**env, **unproxied_environment(self.options)}
 
     # -- agent_setup -------------------------------------------------------------------------
 
@@ -306,13 +310,15 @@ class CommandAgent:
         instruction = trial_dir / "instruction.md"
         instruction.write_text(task.instruction)
         box.copy_in(instruction, INSTRUCTION_PATH)
-        if not is_proxied(self.kind):
+        providers = self.providers()
+        if not providers:
             return self._run(box, task, self.environment(task), timeout_s, trial_dir)
-        with proxied_api(self.kind, self.options, self.key_env, box, trial_dir) as api:
+        with proxied_api(providers, self.options, self.key_env, box, trial_dir) as api:
             env = self.environment(task, api.environment(self.key_envs()))
             run = self._run(box, task, env, timeout_s, trial_dir)
+            calls = tuple(api.proxy.calls)  # each as what it was, those in flight cut short
         steps = tuple(api.proxy.trajectory()) or run.steps  # the tool calls, as the proxy saw them
-        return replace(run, steps=steps, api_calls=tuple(api.proxy.calls))
+        return replace(run, steps=steps, api_calls=calls)
 
     def _run(
         self, box: Sandbox, task: Task, env: dict[str, str], timeout_s: float, trial_dir: Path

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from levelfield.agents import AgentOptions, AgentRun, DrawPoint, agent_name
-from levelfield.agents._llm import ChatClient, RetryPolicy, guess_provider
+from levelfield.agents._llm import ChatClient, RetryPolicy, Stopped, guess_provider
 from levelfield.errors import ApiError, RunConfigError
 from levelfield.records import PhaseResult
 from levelfield.sandbox import Sandbox
@@ -80,6 +80,9 @@ class TerminalAgent:
             for _ in range(self.options.max_turns):
                 asked = time.monotonic()
                 reply = client.complete(SYSTEM, messages, deadline=deadline)
+                if isinstance(reply, Stopped):  # its own doing: graded as it stands
+                    last = _stopped_phase(reply)
+                    break
                 messages.append({"role": "assistant", "content": reply.text})
                 answer = parse_answer(reply.text)
                 observation, last = self._execute(box, answer, steps, asked, deadline, trial_dir)
@@ -125,6 +128,12 @@ class TerminalAgent:
             status = "timed out" if last.timed_out else f"exit code {last.exit_code}"
             parts.append(f"$ {command}\n[{status}]\n{last.output_tail[-OUTPUT_CHARS:]}")
         return "\n\n".join(parts) or "No commands were run.", last
+
+
+def _stopped_phase(stopped: Stopped) -> PhaseResult:
+    if stopped.deadline:
+        return PhaseResult(exit_code=None, timed_out=True, output_tail=stopped.why)
+    return PhaseResult(exit_code=1, output_tail=stopped.why)
 
 
 def create(spec: str, options: AgentOptions, at: DrawPoint) -> TerminalAgent:

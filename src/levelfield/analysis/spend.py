@@ -1,8 +1,8 @@
 """Trial table → what the sweep cost: tokens and dollars per configuration and in all.
 
 Reads the `tokens_in`, `tokens_out` and `cost_usd` columns (analysis/table.py) that the store's
-records carry (model_api/cost.py). A configuration whose trials carry tokens but no price shows its tokens
-and an unknown cost: a blank, never a misleading $0.
+records carry (model_api/cost.py). A configuration whose trials carry tokens but no price shows
+its tokens and an unknown cost: a blank, never a misleading $0.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The `levelfield` command assembled: one Typer app, each command group adding its commands.
 
 A `LevelfieldError` is caught once, here: its message and an exit code (2 for bad input, 1
-otherwise), never a traceback.
+otherwise), never a traceback. Any other exception is a bug and shows its traceback, but never its
+frames' local variables: Typer's pretty tracebacks print them by default, and a local may hold an
+API key (the options, the environment).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="rich",
+    pretty_exceptions_show_locals=False,
     help="Run agentic benchmarks under an explicit resource floor and ceiling, "
     "with kernel-evidenced outcomes and honest error bars.",
 )

@@ -101,11 +101,9 @@ class _AttemptBackend:
     def check(self) -> list[str]:
         return self.inner.check()
 
-    def start(
-        self, task: Any, limits: Limits, *, trial_id: str, trial_dir: Path, mounts: Any = ()
-    ) -> Any:
+    def start(self, task: Any, limits: Limits, *, trial_id: str, **kwargs: Any) -> Any:
         named = f"{trial_id}-a{self.attempt}"
-        return self.inner.start(task, limits, trial_id=named, trial_dir=trial_dir, mounts=mounts)
+        return self.inner.start(task, limits, trial_id=named, **kwargs)
 
     def reap(self, run_id: str) -> int:
         return self.inner.reap(run_id)

@@ -1,10 +1,13 @@
 """Reading model API answers as the proxy relays them: server-sent events, token usage, the first
-token, and the tool calls a model made, for the Anthropic Messages API and the OpenAI Chat
-Completions and Responses APIs.
+token, and the tool calls a model made, for the Anthropic Messages API, the OpenAI Chat
+Completions and Responses APIs and Google's Gemini API (generateContent, streamGenerateContent).
 
-Each answer is read once, as it streams by; nothing here touches the network. The tool calls of a
-conversation become the trial's trajectory in the replay format, so a CLI agent's run under one
-policy can be replayed under every other.
+Each answer is read once, as it streams by; nothing here touches the network. A stream is whole
+only when its protocol's last event came (`finished`), and an error it carries after its 200
+(`error`: Anthropic's `error` event, the Responses API's `response.failed`, an `error` object in
+a chat or Gemini chunk) is read with the HTTP status it stands for, so that the proxy records the
+call as what it was. The tool calls of a conversation become the trial's trajectory in the replay
+format, so a CLI agent's run under one policy can be replayed under every other.
 """
 
 from __future__ import annotations
@@ -17,6 +20,55 @@ from typing import Any
 SHELL_TOOLS = frozenset(
     {"Bash", "bash", "shell", "shell_command", "exec_command", "local_shell", "run_shell_command"}
 )
+# The HTTP status an error inside a 200 stream stands for. Anthropic's error types
+# (docs.anthropic.com "Errors"), OpenAI's codes, Google's canonical status names (google.rpc.Code).
+_ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+    "context_length_exceeded": 400,
+    "invalid_prompt": 400,
+    "rate_limit_exceeded": 429,
+    "insufficient_quota": 429,
+    "server_error": 500,
+    "server_is_overloaded": 529,
+    "INVALID_ARGUMENT": 400,
+    "FAILED_PRECONDITION": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "RESOURCE_EXHAUSTED": 429,
+    "INTERNAL": 500,
+    "UNAVAILABLE": 503,
+    "DEADLINE_EXCEEDED": 504,
+}
+UNKNOWN_ERROR_STATUS = 500  # an answer that failed for a reason it does not name: the API's
+
+
+@dataclass(frozen=True, slots=True)
+class StreamError:
+    """An error an answer carried after its 200: the status it stands for, and what it said."""
+
+    status: int
+    message: str
+
+    @classmethod
+    def of(cls, error: Any) -> StreamError:
+        if not isinstance(error, dict):
+            return cls(UNKNOWN_ERROR_STATUS, str(error)[:300])
+        code = error.get("code")
+        named = error.get("type") or error.get("status") or code
+        if isinstance(code, int) and 400 <= code < 600:
+            status = code
+        else:
+            status = _ERROR_STATUS.get(str(named), _ERROR_STATUS.get(str(code), 0))
+        said = f"{named}: {error.get('message', '')}" if named else str(error.get("message"))
+        return cls(status or UNKNOWN_ERROR_STATUS, said[:300])
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +98,9 @@ class AnswerReader:
     tokens_out: int | None = None
     first_token: bool = False  # set when the first content arrives
     events: list[Any] = field(default_factory=list)
+    known: bool = False  # an event of a protocol read here came: its end can be judged
+    finished: bool = False  # the protocol's last event came (a stream is whole)
+    error: StreamError | None = None
     _buffer: bytes = b""
     _parts: dict[Any, dict[str, Any]] = field(default_factory=dict)  # tool calls being streamed
     calls: list[ToolCall] = field(default_factory=list)
@@ -69,9 +124,10 @@ class AnswerReader:
             doc = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             return
-        if isinstance(doc, dict):
-            self.events.append(doc)
-            self._whole(doc)
+        for item in doc if isinstance(doc, list) else [doc]:  # Gemini streams without SSE: a list
+            if isinstance(item, dict):
+                self.events.append(item)
+                self._whole(item)
 
     # -- events ----------------------------------------------------------------------------
 
@@ -81,7 +137,10 @@ class AnswerReader:
             for line in raw.decode(errors="replace").splitlines()
             if line.startswith("data:")
         )
-        if not data or data == "[DONE]":
+        if data == "[DONE]":  # Chat Completions' last event
+            self.known = self.finished = True
+            return
+        if not data:
             return
         try:
             event = json.loads(data)
@@ -97,10 +156,18 @@ class AnswerReader:
             self._anthropic_event(kind, event)
         elif kind.startswith("response."):
             self._responses_event(kind, event)
+        elif kind == "error" or (not kind and "error" in event):
+            self.known = True  # Anthropic's, the Responses API's, a chat or Gemini chunk's
+            said = event.get("error", {k: event.get(k) for k in ("code", "message")})
+            self.error = StreamError.of(said)
+        elif "candidates" in event or "usageMetadata" in event:
+            self._gemini(event)
         elif "choices" in event or "usage" in event:
             self._chat_chunk(event)
 
     def _anthropic_event(self, kind: str, event: dict[str, Any]) -> None:
+        self.known = True
+        self.finished |= kind == "message_stop"
         if kind == "message_start":
             self._usage((event.get("message") or {}).get("usage"))
         elif kind == "message_delta":
@@ -122,12 +189,20 @@ class AnswerReader:
                 part["args"] += delta.get("partial_json", "")
 
     def _responses_event(self, kind: str, event: dict[str, Any]) -> None:
+        self.known = True
+        response = event.get("response") or {}
         if kind == "response.output_item.done":
             self._responses_item(event.get("item") or {})
-        elif kind == "response.completed":
-            self._usage((event.get("response") or {}).get("usage"))
+        elif kind in ("response.completed", "response.incomplete"):
+            self.finished = True
+            self._usage(response.get("usage"))
+        elif kind == "response.failed":
+            self.finished = True
+            self.error = StreamError.of(response.get("error") or {"message": "response.failed"})
+            self._usage(response.get("usage"))
 
     def _chat_chunk(self, event: dict[str, Any]) -> None:
+        self.known = True
         self._usage(event.get("usage"))
         for choice in event.get("choices") or []:
             for call in (choice.get("delta") or {}).get("tool_calls") or []:
@@ -146,8 +221,31 @@ class AnswerReader:
 
     # -- whole answers ---------------------------------------------------------------------
 
+    def _gemini(self, event: dict[str, Any]) -> None:
+        """One GenerateContentResponse (a whole answer or one chunk of a stream): usage is the
+        running total so far, and a candidate's finishReason ends the answer."""
+        self.known = True
+        usage = event.get("usageMetadata")
+        if isinstance(usage, dict):
+            if usage.get("promptTokenCount") is not None:
+                self.tokens_in = int(usage["promptTokenCount"])
+            out = int(usage.get("candidatesTokenCount") or 0)
+            self.tokens_out = out + int(usage.get("thoughtsTokenCount") or 0)
+        for candidate in event.get("candidates") or []:
+            self.finished |= bool(candidate.get("finishReason"))
+            for part in (candidate.get("content") or {}).get("parts") or []:
+                if part.get("text") or part.get("functionCall"):
+                    self.first_token = True
+                call = part.get("functionCall")
+                if isinstance(call, dict):
+                    args = call.get("args") or {}
+                    self.calls.append(ToolCall(call.get("id") or "", call.get("name", ""), args))
+
     def _whole(self, doc: dict[str, Any]) -> None:
         self.first_token = True
+        if "candidates" in doc or "usageMetadata" in doc:  # Gemini
+            self._gemini(doc)
+            return
         self._usage(doc.get("usage"))
         for block in doc.get("content") or []:  # Anthropic
             if isinstance(block, dict) and block.get("type") == "tool_use":

@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import ClassVar, Protocol
 
 from levelfield.errors import RunConfigError
+from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.records import Evidence, ImageRecord, PhaseResult
 from levelfield.sandbox._tree import Entry
@@ -76,6 +77,7 @@ class Sandbox(Protocol):
     """One started trial environment whose limits the kernel enforces."""
 
     image: ImageRecord | None  # the image it runs (oci); None on the host's userland
+    secrets: Masker  # every log it writes is masked with these as it is written; add to it freely
 
     def exec(
         self,
@@ -125,6 +127,7 @@ class Backend(Protocol):
         trial_id: str,
         trial_dir: Path,
         mounts: Sequence[ReadOnlyMount] = (),
+        secrets: Masker | None = None,  # masked in every log the sandbox writes, as it writes
     ) -> Sandbox: ...
 
     def reap(self, run_id: str) -> int: ...  # remove what a killed run left; returns the count

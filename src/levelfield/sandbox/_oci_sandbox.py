@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from levelfield.errors import SandboxDied
+from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.records import Evidence, ImageRecord, PhaseResult
 from levelfield.sandbox import (
@@ -74,6 +75,7 @@ class OciSandbox:
         self._uv_shim = False
         self.image: ImageRecord | None = None
         self.volume: _volumes.StorageVolume | None = None  # the storage ceiling, when on one
+        self.secrets = Masker()  # masked in every log as it is written (oci.py sets the trial's)
         self._storage_full = False
         self._storage_peak = 0
 
@@ -102,8 +104,12 @@ class OciSandbox:
                 workdir=str(self.task.workdir),
                 environment=dict(env or {}),
             )["Id"]
-            with open(log_path, "ab") as log:
-                timed_out = _container.run_exec(self.api, exec_id, log, timeout_s)
+            with open(log_path, "ab") as raw:
+                log = self.secrets.writer(raw)
+                try:
+                    timed_out = _container.run_exec(self.api, exec_id, log, timeout_s)
+                finally:
+                    log.close()
             code = self.api.exec_inspect(exec_id).get("ExitCode")
         except Exception as exc:
             self._require_alive()

@@ -3,14 +3,23 @@ the signal behind its exit code.
 
 A phase's commands append to one log file, so the tail starts no earlier than where this exec
 began writing: the terminal agent shows the model each command's own output, not its
-predecessors'.
+predecessors'. The output reaches that file through a masking writer (`LogPump`, or the oci
+stream's own), never straight from the sandbox.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from pathlib import Path
 
+from levelfield.masking import Masker
+
 OUTPUT_TAIL_BYTES = 2000
+PIPE_READ_BYTES = 64 << 10
+DRAIN_S = 0.5  # output still in the pipe when the phase's main process ends (as oci's drain)
+CLOSE_S = 5.0  # a sandbox's last writers are killed before its pumps are closed
 
 
 def log_size(path: Path) -> int:
@@ -33,3 +42,41 @@ def signal_of(exit_code: int | None) -> int | None:
     if exit_code is None:
         return None
     return exit_code - 128 if 128 < exit_code < 160 else None
+
+
+class LogPump:
+    """Copies a phase's output from a pipe into its log through a masking writer, so that no
+    secret reaches the disk even for an instant (a run killed with SIGKILL leaves the log as it
+    was written: masked). Processes the phase leaves running in the background keep the pipe
+    open, and their output keeps reaching the log until they end, as it would with the log file
+    as their stdout; `close()` waits for that once the sandbox's processes are gone."""
+
+    def __init__(self, read_fd: int, log_path: Path, masker: Masker) -> None:
+        self._fd = read_fd
+        self._log = open(log_path, "ab")  # noqa: SIM115  (the pump closes it at the pipe's end)
+        self._writer = masker.writer(self._log)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._pump, name="levelfield-log", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        try:
+            while chunk := os.read(self._fd, PIPE_READ_BYTES):
+                self._writer.write(chunk)
+                self._writer.flush()
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                self._writer.close()
+            self._log.close()
+            os.close(self._fd)
+            self._done.set()
+
+    def drain(self, timeout_s: float = DRAIN_S) -> bool:
+        """Wait for the output still in the pipe after the phase's main process ended; True when
+        the pipe reached its end (no background process holds it)."""
+        return self._done.wait(timeout_s)
+
+    def close(self, timeout_s: float = CLOSE_S) -> None:
+        self._thread.join(timeout_s)

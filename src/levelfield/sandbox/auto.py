@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from levelfield.errors import HostUnsupported, RunConfigError
+from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.sandbox import (
     Backend,
@@ -150,9 +151,12 @@ class AutoBackend:
         trial_id: str,
         trial_dir: Path,
         mounts: Sequence[ReadOnlyMount] = (),
+        secrets: Masker | None = None,
     ) -> Sandbox:
         backend = self.backend_for(task)
-        return backend.start(task, limits, trial_id=trial_id, trial_dir=trial_dir, mounts=mounts)
+        return backend.start(
+            task, limits, trial_id=trial_id, trial_dir=trial_dir, mounts=mounts, secrets=secrets
+        )
 
     def reap(self, run_id: str) -> int:
         """What a killed run left on every backend it could have used."""

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from levelfield.errors import HostUnsupported, SandboxStartError
+from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.sandbox import (
     DEFAULT_CAPABILITIES,
@@ -182,6 +183,7 @@ class OciBackend:
         trial_id: str,
         trial_dir: Path,
         mounts: Sequence[ReadOnlyMount] = (),
+        secrets: Masker | None = None,
     ) -> OciSandbox:
         client = self.client
         try:
@@ -198,7 +200,7 @@ class OciBackend:
         except Exception as exc:
             raise SandboxStartError(f"image for {task.name}: {type(exc).__name__}: {exc}") from exc
         where = {"trial_id": trial_id, "trial_dir": trial_dir, "mounts": mounts}
-        return self.start_on(image, task, limits, **where)
+        return self.start_on(image, task, limits, **where, secrets=secrets)
 
     def start_on(
         self,
@@ -209,6 +211,7 @@ class OciBackend:
         trial_id: str,
         trial_dir: Path,
         mounts: Sequence[ReadOnlyMount] = (),
+        secrets: Masker | None = None,
     ) -> OciSandbox:
         """`start` once the image is there (doctor starts one on an image the engine has)."""
         client = self.client
@@ -228,6 +231,7 @@ class OciBackend:
         try:
             sandbox = OciSandbox(client, container_id, task, limits, notes)
             sandbox.image, sandbox.volume = image.record(), volume
+            sandbox.secrets = secrets or sandbox.secrets
             sandbox.prepare(uv_shim=self.settings.uv_shim)
             return sandbox
         except BaseException as exc:

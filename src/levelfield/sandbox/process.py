@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from levelfield.errors import HostUnsupported, SandboxDied, SandboxStartError
+from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.records import Evidence, ImageRecord, PhaseResult
 from levelfield.sandbox import (
@@ -111,6 +112,7 @@ class ProcessBackend:
         trial_id: str,
         trial_dir: Path,
         mounts: Sequence[ReadOnlyMount] = (),
+        secrets: Masker | None = None,
     ) -> ProcessSandbox:
         problems = self.check()
         if problems:
@@ -134,6 +136,7 @@ class ProcessBackend:
                 network=network,
                 mounts=mounts,
                 hidden=self.hidden(task),
+                secrets=secrets or Masker(),
             )
         except BaseException:
             cgroup.kill_all()
@@ -186,9 +189,12 @@ class ProcessSandbox:
         workspace: _workspace.Workspace,
         init: subprocess.Popen[bytes],
         init_pid: int,
+        secrets: Masker,
     ) -> None:
         self.task, self.limits, self.cgroup, self.workspace = task, limits, cgroup, workspace
         self._init, self.init_pid = init, init_pid
+        self.secrets = secrets  # masked in every log as it is written
+        self._pumps: list[_output.LogPump] = []
         self._storage_full = False
         self._storage_peak = 0
         self._lock = threading.Lock()
@@ -207,7 +213,10 @@ class ProcessSandbox:
         network: _netns.TrialNetwork | None = None,
         mounts: Sequence[ReadOnlyMount] = (),
         hidden: Sequence[Path] = (),
+        secrets: Masker,
     ) -> ProcessSandbox:
+        """The init's own output (anything in the sandbox may write to its pid 1's stdout) goes
+        to sandbox.log through a masking pump, like every phase's."""
         read_fd, write_fd = os.pipe()
         argv = _bwrap.bwrap_argv(
             workspace.binds,
@@ -219,22 +228,27 @@ class ProcessSandbox:
             hidden=hidden,
         )
         argv = [*network.enter_argv(), *argv] if network is not None else argv
-        with open(trial_dir / "sandbox.log", "ab") as log:
+        out_read, out_write = os.pipe()
+        pump = _output.LogPump(out_read, trial_dir / "sandbox.log", secrets)
+        try:
             init = subprocess.Popen(
                 _joined(cgroup, argv),
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=out_write,
                 stderr=subprocess.STDOUT,
                 pass_fds=(write_fd,),
                 env=BASE_ENV,  # not the harness's: its API keys would be in /proc/1/environ
             )
+        finally:
+            os.close(out_write)
         os.close(write_fd)
         try:
-            init_pid = _read_child_pid(read_fd, init, trial_dir / "sandbox.log")
+            init_pid = _read_child_pid(read_fd, init, trial_dir / "sandbox.log", pump)
         finally:
             os.close(read_fd)
-        box = cls(task, limits, cgroup, workspace, init, init_pid)
+        box = cls(task, limits, cgroup, workspace, init, init_pid, secrets)
         box.network = network
+        box._pumps.append(pump)
         return box
 
     def exec(
@@ -261,16 +275,22 @@ class ProcessSandbox:
         started = time.monotonic()
         log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = _output.log_size(log_path)
-        with open(log_path, "ab") as log:
+        read_fd, write_fd = os.pipe()
+        pump = _output.LogPump(read_fd, log_path, self.secrets)
+        try:
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=write_fd,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 env=full_env,
             )
-            timed_out = _wait_or_kill(proc, timeout_s)
+        finally:
+            os.close(write_fd)
+        timed_out = _wait_or_kill(proc, timeout_s)
+        if not pump.drain():  # a background process still writes: its pump ends with it
+            self._pumps.append(pump)
         code = proc.returncode
         return PhaseResult(
             exit_code=None if timed_out else _exit_code(code),
@@ -359,6 +379,8 @@ class ProcessSandbox:
             self._init.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._init.wait(timeout=5)
+        for pump in self._pumps:  # their writers are dead: the pipes are at their end
+            pump.close()
         self.cgroup.remove()
         if self.network is not None:
             _netns.destroy(self.network)
@@ -375,7 +397,9 @@ def _joined(cgroup: _cgroup.TrialCgroup, argv: list[str]) -> list[str]:
     return ["/bin/sh", "-c", _JOIN_CGROUP, "sh", *map(str, cgroup.procs_files()), "--", *argv]
 
 
-def _read_child_pid(read_fd: int, init: subprocess.Popen[bytes], log: Path) -> int:
+def _read_child_pid(
+    read_fd: int, init: subprocess.Popen[bytes], log: Path, pump: _output.LogPump
+) -> int:
     """bwrap writes {"child-pid": N} once the namespaces are set up; EOF first means it failed."""
     chunks: list[bytes] = []
     deadline = time.monotonic() + INIT_START_TIMEOUT_S
@@ -393,21 +417,33 @@ def _read_child_pid(read_fd: int, init: subprocess.Popen[bytes], log: Path) -> i
         chunks.append(chunk)
         with contextlib.suppress(json.JSONDecodeError):
             pid = int(json.loads(b"".join(chunks))["child-pid"])
-            return _wait_ready(pid, init, deadline, log)
-    init.kill()
-    detail = log.read_text(errors="replace").strip()[-500:] if log.exists() else ""
-    raise SandboxStartError(f"bubblewrap did not start: {detail or 'no output'}")
+            return _wait_ready(pid, init, deadline, (log, pump))
+    raise SandboxStartError(f"bubblewrap did not start: {_last_words(init, log, pump)}")
 
 
-def _wait_ready(pid: int, init: subprocess.Popen[bytes], deadline: float, log: Path) -> int:
+def _wait_ready(
+    pid: int,
+    init: subprocess.Popen[bytes],
+    deadline: float,
+    output: tuple[Path, _output.LogPump],
+) -> int:
     ready = Path(f"/proc/{pid}/root{_bwrap.READY_FILE}")
     while time.monotonic() < deadline and init.poll() is None:
         if ready.exists():
             return pid
         time.sleep(0.002)
+    said = _last_words(init, *output)
+    raise SandboxStartError(f"bubblewrap's init did not become ready: {said}")
+
+
+def _last_words(init: subprocess.Popen[bytes], log: Path, pump: _output.LogPump) -> str:
+    """Kill the init that failed to start, and read what it said once its pump has written it."""
     init.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        init.wait(timeout=5)
+    pump.close()
     detail = log.read_text(errors="replace").strip()[-500:] if log.exists() else ""
-    raise SandboxStartError(f"bubblewrap's init did not become ready: {detail or 'no output'}")
+    return detail or "no output"
 
 
 def _wait_or_kill(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
