@@ -134,7 +134,8 @@ def host_private_entries(roots: tuple[str, ...] = SYSTEM_DIRS[1:]) -> tuple[Path
     """Entries of the host's system directories that only root may read (others have no read
     bit): /etc/shadow, private keys, the container engines' storage, a root-only key file. The
     agent is root in its sandbox, so these are hidden from it. /usr is left out: it holds
-    programs, and walking it costs seconds. Walked once per process (~0.5 s on a busy host)."""
+    programs, and walking it costs seconds. Walked once per process (~0.5 s on a busy host);
+    an entry with nothing to read is left alone."""
     found: list[Path] = []
     stack = [Path(root) for root in roots if Path(root).is_dir()]
     while stack:
@@ -152,9 +153,21 @@ def host_private_entries(roots: tuple[str, ...] = SYSTEM_DIRS[1:]) -> tuple[Path
                 continue
             if stat.S_ISDIR(mode) and mode & 0o005 == 0o005:
                 stack.append(Path(entry.path))
-            elif not mode & 0o004 or (stat.S_ISDIR(mode) and not mode & 0o001):
+            elif (not mode & 0o004 or (stat.S_ISDIR(mode) and not mode & 0o001)) and _holds(entry):
                 found.append(Path(entry.path))
     return tuple(found)
+
+
+def _holds(entry: os.DirEntry[str]) -> bool:
+    """Whether there is anything to read: a lock file or an empty directory costs a mount for
+    nothing (each adds ~0.3 ms to a sandbox's start)."""
+    try:
+        if entry.is_dir(follow_symlinks=False):
+            with os.scandir(entry.path) as inside:
+                return any(True for _ in inside)
+        return entry.stat(follow_symlinks=False).st_size > 0
+    except OSError:
+        return True
 
 
 def nsenter_argv(init_pid: int) -> list[str]:
