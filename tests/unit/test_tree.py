@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from levelfield.sandbox import _tree
+from levelfield.sandbox import _archive, _tree
 
 
 def _sandbox(tmp_path: Path) -> Path:
@@ -112,7 +112,7 @@ def test_digests_see_links_and_kinds_and_agree_with_an_engine_archive(tmp_path: 
         tar.add(root / "verifier", arcname="verifier")
     buffer.seek(0)
     with tarfile.open(fileobj=buffer) as tar:
-        assert _tree.tar_digests(tar) == found
+        assert _archive.digests(tar) == found
 
 
 def test_extract_tar_writes_nothing_through_a_link_of_the_archive(tmp_path: Path) -> None:
@@ -132,7 +132,7 @@ def test_extract_tar_writes_nothing_through_a_link_of_the_archive(tmp_path: Path
         tar.addfile(fifo)
     buffer.seek(0)
     with tarfile.open(fileobj=buffer) as tar:
-        copied = _tree.extract_tar(tar, tmp_path / "dest", strip_first=True)
+        copied = _archive.extract(tar, tmp_path / "dest", strip_first=True)
     assert list(host.iterdir()) == []
     assert os.readlink(tmp_path / "dest" / "out") == str(host)
     assert copied.listed() == ("out/x (under a link, not copied)", "pipe (a fifo, not copied)")

@@ -25,6 +25,7 @@ from levelfield.records import Evidence, ImageRecord, PhaseResult
 from levelfield.sandbox import (
     Observables,
     Usage,
+    _archive,
     _cgroup,
     _container,
     _engine,
@@ -148,37 +149,37 @@ class OciSandbox:
     def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
         """What `path` itself is comes from the engine's stat of it: Podman's archive of a link
         holds the link's target, Docker's the link."""
-        with self._archive(path) as found:
+        with self._fetch(path) as found:
             if found is None:
                 return _tree.Entry("missing")
             if found.kind != "file":
                 return _tree.Entry(found.kind, target=found.target)
-            return _tree.tar_entry(found.tar, max_bytes=max_bytes)
+            return _archive.entry(found.tar, max_bytes=max_bytes)
 
     def digests(self, path: PurePosixPath) -> dict[str, str]:
         """{} when the container is gone: nothing can be said of its files then."""
-        with self._archive(path) as found:
+        with self._fetch(path) as found:
             if found is None:
                 return {".": "missing"} if self._state() else {}
             if found.kind == "symlink":
                 return {".": f"symlink:{found.target}"}
-            return _tree.tar_digests(found.tar) if found.kind == "directory" else {".": found.kind}
+            return _archive.digests(found.tar) if found.kind == "directory" else {".": found.kind}
 
     def renew_dir(self, path: PurePosixPath, *, keep_in: Path) -> tuple[str, ...]:
         """What the agent left is kept from the engine's archive; the removal runs in the
         container, so the verifier checks from outside that the directory is new and empty."""
         listed: list[str] = []
-        with self._archive(path) as found:
+        with self._fetch(path) as found:
             if found is not None and found.kind == "directory":
-                _tree.extract_tar(found.tar, keep_in, strip_first=True)
-                listed = _tree.tar_inventory(found.tar)
+                _archive.extract(found.tar, keep_in, strip_first=True)
+                listed = _archive.inventory(found.tar)
             elif found is not None:
                 listed = [f"itself ({_tree.Entry(found.kind, target=found.target).describe()})"]
         self._quiet(["sh", "-c", 'rm -rf -- "$1" && mkdir -p -- "$1"', "sh", str(path)])
         return tuple(listed)
 
     @contextlib.contextmanager
-    def _archive(self, path: PurePosixPath) -> Iterator[_Archived | None]:
+    def _fetch(self, path: PurePosixPath) -> Iterator[_Archived | None]:
         """The engine's tar of `path`, spooled to disk (seekable, and never all in memory), with
         what the path itself is by the engine's own stat; None when it does not exist."""
         import docker.errors
@@ -192,7 +193,7 @@ class OciSandbox:
                 yield None
                 return
             spool.seek(0)
-            kind = _tree.go_mode_kind(int(stat.get("mode") or 0))
+            kind = _archive.stat_kind(int(stat.get("mode") or 0))
             target = str(stat.get("linkTarget") or "") if kind == "symlink" else ""
             with tarfile.open(fileobj=spool) as tar:
                 yield _Archived(tar, kind, target)
@@ -262,10 +263,10 @@ class OciSandbox:
         """Copy the container's /logs tree to `dest` (works on a stopped container too): links
         stay links, FIFOs, sockets and devices stay behind. Returns what was not copied."""
         dest.mkdir(parents=True, exist_ok=True)
-        with self._archive(PurePosixPath("/logs")) as found:
+        with self._fetch(PurePosixPath("/logs")) as found:
             if found is None or found.kind != "directory":
                 return ()
-            return _tree.extract_tar(found.tar, dest, strip_first=True).listed()
+            return _archive.extract(found.tar, dest, strip_first=True).listed()
 
     def close(self) -> None:
         if self._closed:

@@ -6,8 +6,7 @@ host file (read on the host, it is the host's file), a FIFO (a read blocks forev
 where a file is expected, a gigabyte where a line is expected. Every walk here opens each path
 component with O_NOFOLLOW relative to its parent's descriptor, so a link anywhere on the path,
 even one swapped in while the walk runs, stops at that component instead of leading out of the
-sandbox's tree. Trees that come as tar streams (the engine's archive of a container path) are
-read by the same rules.
+sandbox's tree. Trees that come as an engine's archive are read by the same rules (_archive.py).
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import hashlib
 import os
 import shutil
 import stat
-import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -26,7 +24,7 @@ COPY_MAX_BYTES = 256 << 20  # what one collection copies at most; the rest is li
 LISTED_MAX = 20  # skipped entries named in the evidence; the rest are counted
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_CHUNK = 1 << 20
+CHUNK = 1 << 20
 HERE = PurePosixPath(".")
 
 
@@ -62,21 +60,6 @@ def kind_of(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "socket"
     return "device"
-
-
-# Go's os.FileMode type bits, as the engines' path stat (X-Docker-Container-Path-Stat) gives them
-_GO_KINDS = (
-    (1 << 31, "directory"),
-    (1 << 27, "symlink"),
-    (1 << 25, "fifo"),
-    (1 << 24, "socket"),
-    (1 << 26, "device"),
-    (1 << 19, "device"),
-)
-
-
-def go_mode_kind(mode: int) -> str:
-    return next((kind for bit, kind in _GO_KINDS if mode & bit), "file")
 
 
 # -- host trees (the process backend's workspace, the harness's own directories) -----------------
@@ -180,7 +163,7 @@ def write_file(dir_fd: int, name: str, src: Path) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     out = os.open(name, flags, stat.S_IMODE(src.stat().st_mode) & 0o777, dir_fd=dir_fd)
     with os.fdopen(out, "wb") as dst, open(src, "rb") as fh:
-        shutil.copyfileobj(fh, dst, _CHUNK)
+        shutil.copyfileobj(fh, dst, CHUNK)
 
 
 @dataclass
@@ -194,7 +177,7 @@ class Copied:
         self.skipped.append(f"{rel} ({why})")
 
     def listed(self) -> tuple[str, ...]:
-        return tuple(_capped(self.skipped))
+        return tuple(capped(self.skipped))
 
 
 def copy_tree(src_fd: int, dest: Path, copied: Copied | None = None, rel: str = "") -> Copied:
@@ -216,7 +199,7 @@ def copy_tree(src_fd: int, dest: Path, copied: Copied | None = None, rel: str = 
         elif kind == "directory":
             with contextlib.suppress(OSError):
                 child = os.open(name, _DIR_FLAGS, dir_fd=src_fd)
-                with _closing(child):
+                with closing_fd(child):
                     copy_tree(child, target, copied, f"{path}/")
         elif kind != "file":
             copied.skip(path, f"{Entry(kind).describe()}, not copied")
@@ -237,7 +220,7 @@ def _copy_file(src_fd: int, name: str, target: Path, size: int) -> int:
             return 0
         with open(target, "wb") as out:
             left = size  # no more than was there when it was listed: it may still be growing
-            while left > 0 and (chunk := fh.read(min(left, _CHUNK))):
+            while left > 0 and (chunk := fh.read(min(left, CHUNK))):
                 out.write(chunk)
                 left -= len(chunk)
     return size
@@ -252,11 +235,11 @@ def digests(root: Path, rel: PurePosixPath = HERE) -> dict[str, str]:
     except OSError:
         found = read_entry(root, rel, max_bytes=0)
         return {".": f"symlink:{found.target}" if found.kind == "symlink" else found.kind}
-    with _closing(fd):
+    with closing_fd(fd):
         found = {".": "directory"}
         for path, kind, dir_fd, name in _walk(fd, ""):
             link = os.readlink(name, dir_fd=dir_fd) if kind == "symlink" else ""
-            found[path] = _digest(kind, lambda: _file_sha256(dir_fd, name), link)  # noqa: B023
+            found[path] = digest_of(kind, lambda: _filesha256_of(dir_fd, name), link)  # noqa: B023
         return found
 
 
@@ -267,7 +250,7 @@ def inventory(dir_fd: int) -> list[str]:
         if kind == "directory":
             continue
         lines.append(f"{path} ({_entry_at(parent, name, 0).describe()})")
-    return _capped(lines)
+    return capped(lines)
 
 
 def renew_dir(root: Path, rel: PurePosixPath, keep_in: Path) -> tuple[str, ...]:
@@ -275,11 +258,11 @@ def renew_dir(root: Path, rel: PurePosixPath, keep_in: Path) -> tuple[str, ...]:
     on the old one reaches only the old one. What was there is copied to `keep_in` by
     `copy_tree`'s rules and listed."""
     parent = open_dir(root, rel.parent, replace=True)
-    with _closing(parent):
+    with closing_fd(parent):
         found = _entry_at(parent, rel.name, 0)
         listed: list[str] = []
         if found.kind == "directory":
-            with _closing(os.open(rel.name, _DIR_FLAGS, dir_fd=parent)) as fd:
+            with closing_fd(os.open(rel.name, _DIR_FLAGS, dir_fd=parent)) as fd:
                 listed = inventory(fd)
                 copy_tree(fd, keep_in)
         elif found.kind != "missing":
@@ -296,10 +279,10 @@ def copy_in(src: Path, root: Path, rel: PurePosixPath) -> None:
     """Put the harness's `src` (a file or a tree) at `root/rel`, replacing what the sandbox left
     there and never writing through a link it made."""
     if not src.is_dir():
-        with _closing(open_dir(root, rel.parent, replace=True)) as parent:
+        with closing_fd(open_dir(root, rel.parent, replace=True)) as parent:
             write_file(parent, rel.name, src)
         return
-    with _closing(open_dir(root, rel, replace=True)) as fd:
+    with closing_fd(open_dir(root, rel, replace=True)) as fd:
         empty_dir(fd)
         _copy_host_tree(src, fd)
 
@@ -310,7 +293,7 @@ def _copy_host_tree(src: Path, dest_fd: int) -> None:
             os.symlink(os.readlink(entry.path), entry.name, dir_fd=dest_fd)
         elif entry.is_dir(follow_symlinks=False):
             os.mkdir(entry.name, 0o755, dir_fd=dest_fd)
-            with _closing(os.open(entry.name, _DIR_FLAGS, dir_fd=dest_fd)) as child:
+            with closing_fd(os.open(entry.name, _DIR_FLAGS, dir_fd=dest_fd)) as child:
                 _copy_host_tree(Path(entry.path), child)
         elif entry.is_file(follow_symlinks=False):
             write_file(dest_fd, entry.name, Path(entry.path))
@@ -328,139 +311,31 @@ def _walk(dir_fd: int, rel: str) -> Iterator[tuple[str, str, int, str]]:
         if kind == "directory":
             with (
                 contextlib.suppress(OSError),
-                _closing(os.open(name, _DIR_FLAGS, dir_fd=dir_fd)) as child,
+                closing_fd(os.open(name, _DIR_FLAGS, dir_fd=dir_fd)) as child,
             ):
                 yield from _walk(child, f"{rel}{name}/")
 
 
-def _file_sha256(dir_fd: int, name: str) -> str:
+def _filesha256_of(dir_fd: int, name: str) -> str:
     try:
         fh = os.fdopen(os.open(name, _FILE_FLAGS, dir_fd=dir_fd), "rb")
     except OSError:
         return "unreadable"
     with fh:
-        return _sha256(fh)
+        return sha256_of(fh)
 
 
-# -- tar streams (the engine's archive of a path in a container) -------------------------------
-
-
-def tar_kind(member: tarfile.TarInfo) -> str:
-    if member.isreg() or member.islnk():
-        return "file"
-    if member.isdir():
-        return "directory"
-    if member.issym():
-        return "symlink"
-    if member.isfifo():
-        return "fifo"
-    if member.isdev():
-        return "device"
-    return "socket"
-
-
-def tar_entry(tar: tarfile.TarFile, *, max_bytes: int) -> Entry:
-    """The archive's first member, which the engine names after the path asked for."""
-    member = tar.next()
-    if member is None:
-        return Entry("missing")
-    kind = tar_kind(member)
-    if kind == "symlink":
-        return Entry(kind, target=member.linkname)
-    if kind != "file":
-        return Entry(kind)
-    if member.size > max_bytes:
-        return Entry("file", None, member.size)
-    extracted = tar.extractfile(member)
-    return Entry("file", extracted.read() if extracted is not None else b"", member.size)
-
-
-def tar_digests(tar: tarfile.TarFile) -> dict[str, str]:
-    """As `digests`, for an archive of one directory (its first component is the directory)."""
-    found: dict[str, str] = {}
-    for member in tar:
-        content = lambda: _sha256(tar.extractfile(member))  # noqa: E731, B023
-        found[_strip_first(member.name)] = _digest(tar_kind(member), content, member.linkname)
-    return found
-
-
-def _digest(kind: str, sha256: Callable[[], str], target: str) -> str:
+def digest_of(kind: str, sha256: Callable[[], str], target: str) -> str:
     """One entry of `digests`, the same whether read on the host or from an archive."""
     if kind == "file":
         return f"file:{sha256()}"
     return f"symlink:{target}" if kind == "symlink" else kind
 
 
-def tar_inventory(tar: tarfile.TarFile) -> list[str]:
-    """As `inventory`, for an archive of one directory."""
-    lines = []
-    for member in tar.getmembers():
-        rel, kind = _strip_first(member.name), tar_kind(member)
-        if kind == "directory":
-            continue
-        found = Entry(kind, b"", member.size, member.linkname if kind == "symlink" else "")
-        lines.append(f"{'itself' if rel == '.' else rel} ({found.describe()})")
-    return _capped(lines)
-
-
-def extract_tar(tar: tarfile.TarFile, dest: Path, *, strip_first: bool) -> Copied:
-    """Unpack `tar` into `dest` by `copy_tree`'s rules: regular files and directories, links as
-    links, nothing through a link, FIFOs, sockets and devices listed instead of made."""
-    copied = Copied()
-    dest.mkdir(parents=True, exist_ok=True)
-    for member in tar:
-        rel = _strip_first(member.name) if strip_first else _clean(member.name)
-        kind = tar_kind(member)
-        if rel in (".", ""):
-            continue
-        parts = PurePosixPath(rel)
-        if ".." in parts.parts:
-            copied.skip(rel, "leads out of the tree, not copied")
-            continue
-        try:
-            parent = open_dir(dest, parts.parent, create=True)
-        except OSError:
-            copied.skip(rel, "under a link, not copied")
-            continue
-        with _closing(parent):
-            _unpack_member(tar, member, kind, parent, parts.name, copied, rel)
-    return copied
-
-
-def _unpack_member(
-    tar: tarfile.TarFile,
-    member: tarfile.TarInfo,
-    kind: str,
-    parent: int,
-    name: str,
-    copied: Copied,
-    rel: str,
-) -> None:
-    with contextlib.suppress(OSError):
-        if kind == "directory":
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(name, 0o755, dir_fd=parent)
-        elif kind == "symlink":
-            remove_entry(parent, name)
-            os.symlink(member.linkname, name, dir_fd=parent)
-        elif kind != "file":
-            copied.skip(rel, f"{Entry(kind).describe()}, not copied")
-        elif member.size > copied.budget:
-            copied.skip(rel, f"{member.size} bytes, past the copy's budget")
-        else:
-            extracted = tar.extractfile(member)
-            remove_entry(parent, name)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            with os.fdopen(os.open(name, flags, 0o644, dir_fd=parent), "wb") as out:
-                if extracted is not None:
-                    shutil.copyfileobj(extracted, out, _CHUNK)
-            copied.budget -= member.size
-
-
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _capped(lines: list[str]) -> list[str]:
+def capped(lines: list[str]) -> list[str]:
     """At most LISTED_MAX lines named, the rest counted."""
     more = len(lines) - LISTED_MAX
     return lines[:LISTED_MAX] + ([f"and {more} more"] if more > 0 else [])
@@ -473,25 +348,16 @@ def _parts(rel: PurePosixPath) -> list[str]:
     return parts
 
 
-def _strip_first(name: str) -> str:
-    _, _, rest = _clean(name).partition("/")
-    return rest or "."
-
-
-def _clean(name: str) -> str:
-    return "/".join(p for p in name.split("/") if p not in ("", "."))
-
-
-def _sha256(fh: object) -> str:
+def sha256_of(fh: object) -> str:
     digest = hashlib.sha256()
     read = getattr(fh, "read", None)
-    while read is not None and (chunk := read(_CHUNK)):
+    while read is not None and (chunk := read(CHUNK)):
         digest.update(chunk)
     return digest.hexdigest()
 
 
 @contextlib.contextmanager
-def _closing(fd: int) -> Iterator[int]:
+def closing_fd(fd: int) -> Iterator[int]:
     try:
         yield fd
     finally:
