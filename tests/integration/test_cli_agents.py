@@ -1,8 +1,9 @@
 """The real Claude Code, Codex and Gemini CLI, from the npm registry, in Terminal-Bench 2.0 task
 images that have no Node.js: installed inside the trial (`sandbox`) or prepared once on the host
 and mounted (`mounted`), on `oci` and on `process`. Each runs its version command, then a real run
-against a loopback endpoint that answers 401, reached through the CLI's own base-URL variable:
-the trial must come out infra_error/api_error, with the CLI's own report as the evidence.
+against a loopback endpoint that answers 401, reached through the recording proxy (the CLI's
+base-URL variable points at it): the trial must come out infra_error/api_error, with the CLI's
+own report as the evidence.
 
 The npm tarballs and the prepared trees are cached on the host (/var/cache/levelfield/agents), so
 a CI run downloads each CLI for the host once; `sandbox` mode downloads it inside each trial, as
@@ -14,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,6 @@ from ._model_server import unauthorized_server
 
 pytestmark = pytest.mark.slow
 PLANTED_KEY = "sk-levelfield-planted-cli-5d1f0a93"
-PORT_IN_CONTAINER = 8401
 # The CLI's own retry policy is not under test: Claude Code retries a 401 ten times (~2.5 min).
 FEW_RETRIES = {"CLAUDE_CODE_MAX_RETRIES": "0"}
 QUICK_TEST = "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n"
@@ -58,25 +57,6 @@ def prepared() -> dict[str, Any]:
     """Each CLI prepared on the host once per CI run (and cached across runs on the machine)."""
     node_tarball()
     return {kind: prepared_tree(preset, None) for kind, preset in PRESETS.items()}
-
-
-class _ServedBackend:
-    """The backend, with a 401 endpoint on the loopback of every sandbox it starts."""
-
-    def __init__(self, inner: Any, stack: ExitStack) -> None:
-        self.inner, self.stack, self.name = inner, stack, inner.name
-        self.seen: list[Any] = []
-
-    def start(self, task: Any, limits: Any, **kwargs: Any) -> Any:
-        box = self.inner.start(task, limits, **kwargs)
-        _, seen = self.stack.enter_context(
-            unauthorized_server(PORT_IN_CONTAINER, netns_pid=box.init_pid)
-        )
-        self.seen.append(seen)
-        return box
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 def _options(mode: str, base_url: str) -> AgentOptions:
@@ -137,8 +117,7 @@ def oci_backend(tmp_path: Path) -> Iterator[Any]:
     oci.build_offline_bases(log=lambda line: print(f"offline-bases: {line}"))
     run_id = f"t{os.getpid()}-{tmp_path.name[-12:]}"
     backend = oci.OciBackend(BackendOptions(run_id, tmp_path / "run"), oci.OciSettings())
-    with ExitStack() as stack:
-        yield _ServedBackend(backend, stack)
+    yield backend
     backend.reap(run_id)
 
 
@@ -150,18 +129,13 @@ def test_cli_agent_starts_in_a_tb2_image_without_node_in_both_modes_on_oci(
     monkeypatch.setenv(PRESETS[kind].key_envs[0], PLANTED_KEY)
     task = _tb2_task(tmp_path, TB2_IMAGES["ubuntu" if kind != "codex" else "python"])
     records = {}
-    with unauthorized_server() as (host_url, on_host):
-        # Claude Code and Codex reach it through the proxy, from the harness, on the host;
-        # Gemini CLI calls its API itself, from inside the container.
-        proxied = kind in ("claude-code", "codex")
-        base_url = host_url if proxied else f"http://127.0.0.1:{PORT_IN_CONTAINER}"
+    with unauthorized_server() as (host_url, on_host):  # reached through the proxy, from the host
         for mode in ("sandbox", "mounted"):
             run_dir = tmp_path / "run" / mode
-            records[mode] = _trial(task, kind, run_dir, oci_backend, _options(mode, base_url))
+            records[mode] = _trial(task, kind, run_dir, oci_backend, _options(mode, host_url))
             _assert_started_and_api_failed(records[mode], mode, kind)
-    seen = [on_host] if proxied else oci_backend.seen
-    assert all(s.paths for s in seen), [s.paths for s in seen]  # each run reached the endpoint
-    assert any(PLANTED_KEY in c for s in seen for c in s.credentials)  # the key reached the API
+    assert on_host.paths and on_host.credentials  # each run reached the endpoint
+    assert all(PLANTED_KEY in c for c in on_host.credentials)  # the proxy put the key on each
     assert PLANTED_KEY.encode() not in _everything_written(tmp_path / "run")
     sandbox, mounted = records["sandbox"], records["mounted"]
     # Under the 1x ceiling (strict): the install is in the sandbox-mode trial's peak; a mounted
@@ -187,20 +161,11 @@ def test_cli_agent_starts_on_the_process_backend_in_both_modes(
     task = _tb2_task(tmp_path, TB2_IMAGES["ubuntu"])
     run_id = f"t{os.getpid()}-{tmp_path.name[-12:]}"
     backend = get_backend("process", BackendOptions(run_id, tmp_path / "run"))
-    # Claude Code and Codex reach the endpoint through the proxy, from the harness; Gemini CLI
-    # calls its API itself, from the trial's own network namespace, so it is served there.
-    proxied = kind in ("claude-code", "codex")
     try:
-        with ExitStack() as stack, unauthorized_server() as (host_url, on_host):
-            served = _ServedBackend(backend, stack)
-            base_url = host_url if proxied else f"http://127.0.0.1:{PORT_IN_CONTAINER}"
+        with unauthorized_server() as (host_url, on_host):  # through the proxy, from the host
             for mode in ("sandbox", "mounted"):
                 record = _trial(
-                    task,
-                    kind,
-                    tmp_path / "run" / mode,
-                    backend if proxied else served,
-                    _options(mode, base_url),
+                    task, kind, tmp_path / "run" / mode, backend, _options(mode, host_url)
                 )
                 assert record.agent_setup is not None
                 if mode == "sandbox":  # the host's Node.js may be new enough: no tarball then
@@ -208,10 +173,8 @@ def test_cli_agent_starts_on_the_process_backend_in_both_modes(
                     assert record.agent_setup.phase.exit_code == 0, record.agent_setup
                 assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.API_ERROR)
                 assert record.agent_report is not None and record.agent_report.api_failure
-        seen = [on_host] if proxied else served.seen
-        assert all(s.paths for s in seen) and any(
-            PLANTED_KEY in c for s in seen for c in s.credentials
-        )
+        assert on_host.paths and on_host.credentials
+        assert all(PLANTED_KEY in c for c in on_host.credentials)
     finally:
         backend.reap(run_id)
     assert PLANTED_KEY.encode() not in _everything_written(tmp_path / "run")

@@ -1,22 +1,27 @@
-"""The real Claude Code and Codex CLIs solve tasks end to end, every model call through the
-recording proxy, with the proxy pointed at the scripted model
+"""The real Claude Code, Codex and Gemini CLIs solve tasks end to end, every model call through
+the recording proxy, with the proxy pointed at the scripted model
 (`levelfield.model_api.scripted_model`) that answers with each task's reference solution, one
-shell tool call at a time.
+shell tool call at a time, in the CLI's own protocol (Anthropic Messages, OpenAI Responses,
+Gemini streamGenerateContent).
 
-Checked for each trial: the tests pass; the proxy recorded every call the scripted model
-answered, with its fields; the trajectory is the solution's commands as the proxy saw them; a
-planted real key reached the scripted model (the proxy put it there) and is in neither the
-environment of any process in the sandbox, nor a file the agent could write, nor anything the run
-wrote, while the dummy token is in the sandbox's environment. A 401, and 429s past the CLI's
-retry policy, make the trial infra_error/api_error with the calls as evidence.
+Checked for each trial: the tests pass (or, when the grader could not reach its package index,
+the trial is infra_error/verifier_error: the verifier's own output says which case it is); the
+proxy recorded every call the scripted model answered, with its fields; the trajectory is the
+solution's commands as the proxy saw them; a planted real key reached the scripted model (the
+proxy put it there) and is in neither the environment of any process in the sandbox, nor a file
+the agent could write, nor anything the run wrote, while the dummy token is in the sandbox's
+environment. A 401, and 429s past the CLI's retry policy, make the trial infra_error/api_error
+with the calls as evidence; a 400 is the agent's own request; a stream broken off is the API's,
+whatever code the CLI ends with.
 
-Run time on a 2-core host: about 1 min on `process`, 6-8 min on `oci` (both modes, both CLIs).
+Run time on a 2-core host: about 2 min on `process`, 8-10 min on `oci`.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,24 +38,28 @@ from levelfield.config import RunConfig
 from levelfield.model_api.scripted_model import Failure, ScriptedModel, serve, solution_commands
 from levelfield.records import Outcome, Reason, TrialRecord
 from levelfield.store import reading
+from levelfield.verifier import PYTEST_STARTED
 
 from ..conftest import REPO, TB2_SAMPLE, missing_sandbox_prerequisites, require
 
 pytestmark = pytest.mark.slow
 PLANTED_KEY = "sk-levelfield-planted-proxy-6c2e91d4f0"
-KINDS = ("claude-code", "codex")
-MODEL = {"claude-code": "claude-sonnet-4-5", "codex": "gpt-5-codex"}  # classic shell tools
-KEY_ENV = {"claude-code": "ANTHROPIC_API_KEY", "codex": "OPENAI_API_KEY"}
+KINDS = ("claude-code", "codex", "gemini-cli")
+MODEL = {"claude-code": "claude-sonnet-4-5", "codex": "gpt-5-codex", "gemini-cli": "gemini-2.5-pro"}
+KEY_ENV = {kind: PRESETS[kind].key_envs[0] for kind in KINDS}
+SHELL_TOOL = {"claude-code": "Bash", "codex": "exec_command", "gemini-cli": "run_shell_command"}
 TB2_TASKS = ("openssl-selfsigned-cert", "regex-log")  # FROM python:3.13-slim and ubuntu:24.04
 BUNDLED_TASK = "csv-totals"
 # Run by the agent first, as the model's own tool call: count the key (kept out of the command
-# as base64) in every process's environment and in the files the agent can write.
+# as base64, and out of the searched paths in /run) in every process's environment and in the
+# files the agent can write. No $(...) and no rm -f: Gemini CLI and Codex refuse them.
 ENVIRONS = "for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < \"$f\" 2>/dev/null; done"
 PROBE = (
-    "k=$(printf %s {b64} | base64 -d); "
-    f'{ENVIRONS} | grep -cF "$k" > /logs/agent/key-in-env.txt; '
+    "printf %s {b64} | base64 -d > /run/levelfield-probe; "
+    f"{ENVIRONS} | grep -cFf /run/levelfield-probe > /logs/agent/key-in-env.txt; "
     f"{ENVIRONS} | grep -c levelfield-trial- > /logs/agent/token-in-env.txt; "
-    'grep -rlsF "$k" /app /root /tmp /logs /home /var/tmp > /logs/agent/key-in-files.txt; '
+    "grep -rlsFf /run/levelfield-probe /app /root /tmp /logs /home /var/tmp "
+    "> /logs/agent/key-in-files.txt; : > /run/levelfield-probe; "
     "{{ timeout 5 bash -c 'echo > /dev/tcp/127.0.0.1/{port}' && echo reachable "
     "|| echo unreachable; }} > /logs/agent/upstream.txt 2>/dev/null; true"
 )
@@ -109,35 +118,33 @@ def scripted_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def _base_url(kind: str, port: int) -> str:
-    return f"http://127.0.0.1:{port}" + ("/v1" if kind == "codex" else "")
+    return f"http://127.0.0.1:{port}" + ("/v1" if kind == "codex" else "")  # as each SDK wants
 
 
 def _assert_solved_through_the_proxy(
     record: TrialRecord, run_dir: Path, dataset: Path, kind: str
 ) -> None:
-    if _grader_lost_its_index(record):
-        # The verifier's uvx could not resolve PyPI: the host's network failed the grader, and
-        # the harness booked it as infra, as it must. Everything the proxy did is still checked.
-        print(f"{record.task}: grader could not reach its package index: {record.evidence.notes}")
-    else:
-        assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED), (
-            record.reason,
-            record.error,
-            record.agent_report,
-            record.evidence.notes,
-        )
+    trial_dir = run_dir / "trials" / record.trial_key
+    test_sh = (dataset / record.task / "tests" / "test.sh").read_text()
+    must = _verdict_it_must_have(record, trial_dir, test_sh)
+    assert (record.outcome, record.reason) == must, (
+        record.reason,
+        record.error,
+        record.agent_report,
+        record.evidence.notes,
+    )
     calls = record.api_calls
     assert calls and all(c.outcome == "ok" and c.status == 200 for c in calls), calls
     for call in calls:
-        assert call.endpoint in ("/v1/messages", "/responses"), call
-        assert call.tokens_in and call.tokens_out and call.streamed
+        assert _is_model_endpoint(kind, call.endpoint or ""), call
+        assert call.tokens_in and call.tokens_out
         assert call.first_token_s is not None and 0 <= call.first_token_s <= call.latency_s
         assert call.started_at.endswith("+00:00")
-    trial_dir = run_dir / "trials" / record.trial_key
+    assert all(c.streamed for c in calls if c.endpoint and "generateContent" not in c.endpoint)
     solution = solution_commands((dataset / record.task / "solution" / "solve.sh").read_text())
     steps = json.loads((trial_dir / "trajectory.json").read_text())["steps"]
     assert [s["command"] for s in steps][1:] == solution  # after the probe
-    assert all(s["tool"] in ("Bash", "exec_command") and s["delay_s"] >= 0 for s in steps)
+    assert all(s["tool"] == SHELL_TOOL[kind] and s["delay_s"] >= 0 for s in steps)
     lines = (trial_dir / "conversation.jsonl").read_text().splitlines()
     assert len(lines) == len(calls)
     assert [json.loads(line)["call"]["started_at"] for line in lines] == [
@@ -150,13 +157,28 @@ def _assert_solved_through_the_proxy(
     assert (agent_logs / "upstream.txt").read_text().strip() == "unreachable"
 
 
-def _grader_lost_its_index(record: TrialRecord) -> bool:
-    notes = " ".join(record.evidence.notes)
-    resolution = "name resolution" in notes or "dns error" in notes
-    return (record.outcome, record.reason) == (
-        Outcome.INFRA_ERROR,
-        Reason.VERIFIER_ERROR,
-    ) and resolution
+def _is_model_endpoint(kind: str, endpoint: str) -> bool:
+    if kind == "gemini-cli":  # its turns stream; its model router asks generateContent
+        return endpoint.endswith((":streamGenerateContent", ":generateContent"))
+    return endpoint in ("/v1/messages", "/responses")
+
+
+def _verdict_it_must_have(
+    record: TrialRecord, trial_dir: Path, test_sh: str
+) -> tuple[Outcome, Reason]:
+    """Passed, unless the grader could not grade. A TB2 grader downloads its test tools (apt,
+    uvx) before pytest starts: when its package index or mirror does not answer, it hangs to its
+    timeout (verifier_timeout) or fails before pytest starts (verifier_error), and the trial is
+    the infrastructure's, not the agent's. Which case it was is read from the verifier's own
+    output and phase, not from the verdict's notes."""
+    verifier = record.verifier_phase
+    if verifier is not None and verifier.timed_out:
+        return Outcome.INFRA_ERROR, Reason.VERIFIER_TIMEOUT
+    needs_an_index = re.search(r"\buvx?\b|pip3? install|apt-get", test_sh) is not None
+    output = (trial_dir / "verifier.log").read_text(errors="replace")
+    if not needs_an_index or PYTEST_STARTED.search(output):
+        return Outcome.PASSED, Reason.TESTS_PASSED
+    return Outcome.INFRA_ERROR, Reason.VERIFIER_ERROR
 
 
 def _nothing_written_holds_the_key(run_dir: Path) -> None:
@@ -182,9 +204,14 @@ def test_cli_agent_solves_a_bundled_task_on_process_without_network(
     _nothing_written_holds_the_key(tmp_path / "run")
 
 
+OCI_CASES = [
+    *((kind, mode) for kind in ("claude-code", "codex") for mode in ("sandbox", "mounted")),
+    ("gemini-cli", "mounted"),  # its install in the sandbox is test_cli_agents.py's subject
+]
+
+
 @pytest.mark.oci
-@pytest.mark.parametrize("mode", ["sandbox", "mounted"])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("kind", "mode"), OCI_CASES)
 def test_cli_agent_solves_tb2_tasks_on_oci(
     kind: str, mode: str, tmp_path: Path, prepared: dict[str, Any], scripted_key: None
 ) -> None:
@@ -218,7 +245,7 @@ def test_cli_agent_solves_tb2_tasks_on_oci(
 
 
 @pytest.mark.oci
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ["claude-code", "codex"])
 def test_cli_agent_reaches_the_proxy_from_a_container_without_network(
     kind: str, tmp_path: Path, make_task: Any, prepared: dict[str, Any], scripted_key: None
 ) -> None:
@@ -251,9 +278,14 @@ def test_cli_agent_reaches_the_proxy_from_a_container_without_network(
     assert model.calls == len(record.api_calls)
 
 
+REFUSALS = [
+    *((kind, f) for kind in ("claude-code", "codex") for f in ("401@1+", "429@1+", "500@1+")),
+    ("gemini-cli", "401@1+"),  # its 429s and 5xx back off 5 s and more, ten times
+]
+
+
 @pytest.mark.sandbox
-@pytest.mark.parametrize("failure", ["401@1+", "429@1+", "500@1+"])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("kind", "failure"), REFUSALS)
 def test_api_refusal_is_api_error_with_the_calls_as_evidence(
     kind: str, failure: str, tmp_path: Path, prepared: dict[str, Any], scripted_key: None
 ) -> None:
@@ -287,4 +319,43 @@ def test_api_refusal_is_api_error_with_the_calls_as_evidence(
     assert any(
         "the model API stopped the agent" in n and str(status) in n for n in record.evidence.notes
     ), record.evidence.notes
+    _nothing_written_holds_the_key(tmp_path / "run")
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize(
+    ("kind", "failure", "verdict", "last_call"),
+    [
+        # Claude Code and Gemini CLI report a 400 as an API error: it is the agent's request
+        ("claude-code", "400@1+", (Outcome.FAILED, Reason.TESTS_FAILED), "client_error"),
+        ("gemini-cli", "400@1+", (Outcome.FAILED, Reason.TESTS_FAILED), "client_error"),
+        # its main turn's stream reset mid-way: Gemini CLI ends with code 1, "terminated"
+        ("gemini-cli", "reset@2+", (Outcome.INFRA_ERROR, Reason.API_ERROR), "connection_error"),
+    ],
+)
+def test_a_cli_s_final_error_is_read_for_what_it_is(
+    kind: str,
+    failure: str,
+    verdict: tuple[Outcome, Reason],
+    last_call: str,
+    tmp_path: Path,
+    prepared: dict[str, Any],
+    scripted_key: None,
+) -> None:
+    dataset = _dataset(tmp_path, [REPO / "examples" / "noise-suite" / BUNDLED_TASK], 300)
+    retries = {"CLAUDE_CODE_MAX_RETRIES": "1"}
+    with _scripted(dataset, failures=[Failure.parse(failure)]) as (model, port):
+        (record,) = _run(
+            dataset,
+            tmp_path / "run",
+            kind,
+            _base_url(kind, port),
+            policies=["uncapped"],
+            agent_env=retries,
+        )
+    assert (record.outcome, record.reason) == verdict, (record.agent_report, record.evidence)
+    assert record.api_calls and record.api_calls[-1].outcome == last_call, record.api_calls
+    assert len(record.api_calls) == model.calls
+    report = record.agent_report
+    assert report is not None and report.api_failure is (verdict[1] is Reason.API_ERROR)
     _nothing_written_holds_the_key(tmp_path / "run")

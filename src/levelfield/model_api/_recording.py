@@ -50,6 +50,7 @@ class Exchange:
     error: str | None = None  # the upstream failed (no answer, or an answer broken off)
     cut_short: str | None = None  # why the agent's side ended it first
     complete: bool = False  # the whole answer came from upstream; it is being handed on
+    begun: bool = False  # the agent has the answer's status line: no 502 can replace it
     answered: bool = False  # the whole answer went to the agent
     recorded: bool = False
 

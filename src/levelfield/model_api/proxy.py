@@ -227,15 +227,16 @@ class _ProxyHandler(Handler):
             self._forward(ex, route, given)
         except (OSError, http.client.HTTPException) as exc:
             ex.error = f"{type(exc).__name__}: {exc}"
-            if ex.status is None:  # no answer: the agent gets a 502, as from any gateway
+            if not ex.begun:  # no answer, or one broken before any of it went on: a 502
                 log.remember(ex, ok=False)
-                if not self._to_agent(ex, lambda: self._bad_gateway()):
+                if not self._to_agent(ex, lambda: self._bad_gateway(ex)):
                     self.close_connection = True
         finally:
             log.end(ex)
 
-    def _bad_gateway(self) -> None:
-        self.send_json(502, {"error": {"message": "upstream unreachable", "code": 502}})
+    def _bad_gateway(self, ex: Exchange) -> None:
+        said = "upstream unreachable" if ex.status is None else "the upstream's answer broke off"
+        self.send_json(502, {"error": {"message": said, "code": 502}})
 
     def _to_agent(self, ex: Exchange, send: Any) -> bool:
         """Send to the agent; False (and the call cut short) when its connection is gone."""
@@ -274,6 +275,7 @@ class _ProxyHandler(Handler):
                 send = lambda: self.send_bytes(  # noqa: E731
                     answer.status, data, content_type, _passed_headers(answer)
                 )
+                ex.begun = True
                 ex.answered = self._to_agent(ex, send)
         finally:
             conn.close()
@@ -284,6 +286,7 @@ class _ProxyHandler(Handler):
         start = lambda: self.start_stream(  # noqa: E731
             answer.status, answer.getheader("Content-Type") or "", _passed_headers(answer)
         )
+        ex.begun = True
         if not self._to_agent(ex, start):
             return
         while True:
