@@ -37,6 +37,7 @@ from levelfield.sandbox import (
 from levelfield.tasks import Task
 
 LOG_DIRS = ("logs", "logs/agent", "logs/verifier", "logs/artifacts")
+TESTS = PurePosixPath("/tests")  # what the verifier checks from outside once copied in
 READ_MAX_BYTES = 16 << 20  # a report file the verifier checks; past that it is not read
 
 
@@ -126,21 +127,30 @@ class OciSandbox:
         )
 
     def copy_in(self, src: Path, dest: PurePosixPath) -> None:
-        """A directory replaces whatever the agent left at `dest`; the uv shim rides with /tests."""
-        target = dest if src.is_dir() else dest.parent
-        prep = 'rm -rf -- "$1" && mkdir -p -- "$1"' if src.is_dir() else 'mkdir -p -- "$1"'
-        self._quiet(["sh", "-c", prep, "sh", str(target)])
+        """A directory replaces whatever the agent left at `dest`; the uv shim rides with /tests.
+        The engine itself makes the directory (its archive holds it): the image's tools are the
+        agent's to break, and what reached /tests is checked from outside by the verifier."""
+        if src.is_dir():
+            self._quiet(["rm", "-rf", "--", str(dest)], check=dest != TESTS)
+        else:
+            self._quiet(["mkdir", "-p", "--", str(dest.parent)])
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
-            if src.is_dir():
-                for child in sorted(src.iterdir()):
-                    tar.add(child, arcname=child.name)
-            else:
-                tar.add(src, arcname=dest.name)
-        if not self.api.put_archive(self.container_id, str(target), buffer.getvalue()):
+            tar.add(src, arcname=dest.name)  # a directory with all it holds, sorted
+        if not self._put(dest.parent, buffer.getvalue()) and dest != TESTS:
             raise SandboxDied(f"copy of {src} to {dest} was refused by the engine")
-        if dest == PurePosixPath("/tests") and self._uv_shim:
+        if dest == TESTS and self._uv_shim:
             self._quiet(["sh", "-c", _offline.UV_SHIM_INSTALL])
+
+    def _put(self, parent: PurePosixPath, archive: bytes) -> bool:
+        """False when the engine refuses (the parent is missing, or not a directory)."""
+        import docker.errors
+
+        try:
+            return bool(self.api.put_archive(self.container_id, str(parent), archive))
+        except docker.errors.APIError:
+            self._require_alive()
+            return False
 
     def read_file(self, path: PurePosixPath) -> bytes | None:
         found = self.read_entry(path, max_bytes=READ_MAX_BYTES)
@@ -175,7 +185,9 @@ class OciSandbox:
                 listed = _archive.inventory(found.tar)
             elif found is not None:
                 listed = [f"itself ({_tree.Entry(found.kind, target=found.target).describe()})"]
-        self._quiet(["sh", "-c", 'rm -rf -- "$1" && mkdir -p -- "$1"', "sh", str(path)])
+        self._quiet(["rm", "-rf", "--", str(path)], check=False)
+        parents = [str(PurePosixPath(*path.parts[1 : i + 1])) for i in range(1, len(path.parts))]
+        self._put(PurePosixPath("/"), _container.dirs_tar(tuple(parents)))  # /logs, /logs/verifier
         return tuple(listed)
 
     @contextlib.contextmanager
@@ -304,12 +316,14 @@ class OciSandbox:
         ):
             self._snapshot.counters = self.cgroup.counters()
 
-    def _quiet(self, argv: list[str]) -> None:
-        """A helper command of the harness (mkdir, shim install); its failure is the sandbox's."""
+    def _quiet(self, argv: list[str], *, check: bool = True) -> None:
+        """A helper command of the harness (mkdir, shim install); its failure is the sandbox's.
+        With `check` off, only a dead container is: the caller verifies the result from outside
+        (the image's tools are the agent's to break, and that is not the sandbox failing)."""
         self._require_alive()
         exec_id = self.api.exec_create(self.container_id, argv)["Id"]
         output = self.api.exec_start(exec_id)
         code = self.api.exec_inspect(exec_id).get("ExitCode")
-        if code != 0:
+        if code != 0 and check:
             text = output.decode(errors="replace").strip()[-500:]
             raise SandboxDied(f"{argv[0]} in the container exited {code}: {text}")
