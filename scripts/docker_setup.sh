@@ -29,9 +29,10 @@ flock 9  # two setups at once must not start two daemons on one data root
 if ! api_ok; then
     rm -f "$SOCKET"
     echo "docker_setup: starting dockerd on $SOCKET"
-    nohup dockerd --host "unix://$SOCKET" --data-root "$ROOT" --exec-root "$EXEC_ROOT" \
-        --pidfile "$EXEC_ROOT/dockerd.pid" --iptables=false --ip-masq=false --bridge=none \
-        >>"$LOG" 2>&1 </dev/null 9>&- &  # the daemon must not inherit (and hold) the lock
+    (cd / && exec nohup dockerd --host "unix://$SOCKET" --data-root "$ROOT" \
+        --exec-root "$EXEC_ROOT" --pidfile "$EXEC_ROOT/dockerd.pid" --iptables=false \
+        --ip-masq=false --bridge=none \
+        >>"$LOG" 2>&1 </dev/null 9>&-) &  # from /; the daemon must not inherit the lock
     for _ in $(seq 1 300); do
         api_ok && break
         sleep 0.1

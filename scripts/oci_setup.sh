@@ -68,8 +68,10 @@ if ! api_ok; then
     mkdir -p "$(dirname "$SOCKET")" /var/log/levelfield
     rm -f "$SOCKET"
     echo "oci_setup: starting podman system service on $SOCKET"
-    nohup podman system service --time=0 "unix://$SOCKET" \
-        >>/var/log/levelfield/podman-service.log 2>&1 </dev/null &
+    # From /: conmon writes an empty file named `oom` into the service's working directory
+    # whenever a container is OOM-killed, and that must not be the checkout.
+    (cd / && exec nohup podman system service --time=0 "unix://$SOCKET" \
+        >>/var/log/levelfield/podman-service.log 2>&1 </dev/null) &
     for _ in $(seq 1 100); do
         api_ok && break
         sleep 0.1

@@ -5,7 +5,8 @@
 #                             report), podman + runc and the Docker Engine + stand-in base
 #                             images (oci backend), the image registry (docker-registry), Ray,
 #                             the model SDKs, Node.js (a CLI agent installed with npm), and QEMU
-#                             with a kernel for the cgroup v2 VM (scripts/vm_cgroup2.sh)
+#                             with a kernel for the cgroup v2 VM (scripts/vm_cgroup2.sh), and
+#                             Harbor in .venv-harbor (scripts/harbor_setup.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile="${1:-run}"
@@ -37,4 +38,5 @@ if [ "$profile" = test ]; then
   DOCKER_HOST=unix:///run/levelfield-docker.sock \
     bash scripts/offline_bases.sh .venv/bin/python  # the same bases in Docker (cached: ~15 s)
   bash scripts/vm_cgroup2.sh --build  # the cgroup v2 VM's kernel + initramfs: ~20 s once, cached
+  bash scripts/harbor_setup.sh        # Harbor 0.25 in .venv-harbor (Python 3.12): ~1-2 min once
 fi

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tarfile
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TB2_SAMPLE = REPO.parent / "shared" / "tb2-sample"
+TB2_LEADERBOARD = REPO.parent / "shared" / "tb2-leaderboard" / "submissions.tar.gz"
 EXAMPLES = REPO / "examples"
 
 
@@ -114,3 +116,18 @@ def make_task(tmp_path: Path) -> MakeTask:
         return root
 
     return make
+
+
+def require_leaderboard() -> None:
+    require([] if TB2_LEADERBOARD.is_file() else [str(TB2_LEADERBOARD)], "the shared leaderboard")
+
+
+@pytest.fixture(scope="session")
+def tb2_leaderboard(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 55 shared Terminal-Bench 2.0 leaderboard submissions (Harbor trial files), extracted
+    once per session into a temporary directory: `<submission>/<job>/<trial>/result.json`."""
+    require_leaderboard()
+    root = tmp_path_factory.mktemp("tb2-leaderboard")
+    with tarfile.open(TB2_LEADERBOARD) as archive:
+        archive.extractall(root, filter="data")
+    return root

@@ -105,6 +105,9 @@ def modules_in_load_order(tree: Path) -> list[Path]:
     return ordered
 
 
+KEEP_INITRAMFS = 4  # the initramfs of this many versions of init.sh stay cached
+
+
 def cpio_newc(files: dict[str, tuple[int, bytes]]) -> bytes:
     """An initramfs archive (cpio "newc") of {path: (mode, content)}; directories first."""
     out = io.BytesIO()
@@ -134,9 +137,11 @@ def initramfs(cache: Path, tree: Path) -> Path:
     partial = path.with_suffix(".partial")
     partial.write_bytes(gzip.compress(cpio_newc(files), compresslevel=1))
     partial.rename(path)
-    for stale in tree.glob("initramfs-*.cpio.gz"):
-        if stale != path:
-            stale.unlink()
+    # Checkouts of different versions share the cache and may boot at the same moment: keep the
+    # newest few, so that no build removes an initramfs another checkout is about to boot.
+    built = sorted(tree.glob("initramfs-*.cpio.gz"), key=lambda p: p.stat().st_mtime)
+    for stale in built[:-KEEP_INITRAMFS]:
+        stale.unlink(missing_ok=True)
     return path
 
 

@@ -42,7 +42,10 @@ mount -t tmpfs -o mode=1777 tmp /newroot/tmp
 mount -t tmpfs -o mode=755 run /newroot/run
 mkdir -p /newroot/run/levelfield-vm
 mount --move /ctl /newroot/run/levelfield-vm
+# After the tmpfs mounts, on a mount point made now: a checkout under /tmp or /run (a fresh clone
+# in /tmp/...) lives where the guest has just mounted an empty tmpfs.
 # cache=loose here too: writes go straight through to the host (write-through before 6.6).
+mkdir -p "/newroot$checkout" || fail "making the mount point $checkout"
 mount -t 9p -o "$p9,cache=loose" checkout "/newroot$checkout" || fail "mount of $checkout"
 
 cg=/newroot/sys/fs/cgroup

@@ -11,7 +11,11 @@
     │   ├── SandboxDied            the sandbox vanished mid-trial (its init was killed)
     │   ├── AdmissionError         a trial's floor can never fit on this host
     │   ├── NodeLost               the machine running the trial died mid-trial (Ray)
-    │   └── HostPressure           the host ran short of memory outside the trial's own limits
+    │   ├── HostPressure           the host ran short of memory outside the trial's own limits
+    │   └── CeilingHit             the kernel enforced a ceiling during a Harbor exec
+    │       ├── LevelfieldOOMKilled          the memory ceiling (cgroup OOM kill)
+    │       ├── LevelfieldPidsExhausted      the pids ceiling (forks refused)
+    │       └── LevelfieldStorageExhausted   the storage ceiling (the trial's disk filled)
     ├── AgentError                 the agent itself failed to run (bad trajectory, missing solution)
     ├── AgentSetupError            a CLI agent could not be prepared (npm, Node.js): infra
     ├── ApiError                   a model API kept failing after the retry policy: infra, not agent
@@ -78,6 +82,29 @@ class NodeLost(SandboxError):
 
 class HostPressure(SandboxError):
     """The host itself ran short (e.g. Ray's memory monitor killed the worker)."""
+
+
+class CeilingHit(SandboxError):
+    """The kernel enforced a ceiling while a Harbor exec ran (`harbor/environment.py`). Raised
+    so that Harbor stores it in the trial's exception_info: its type and message, which Harbor
+    keeps, name the ceiling and the counter that proves it, instead of a reward 0 booked as the
+    agent's failure."""
+
+    def __init__(self, message: str, *, evidence: str) -> None:
+        super().__init__(f"{message}, {evidence}")
+        self.evidence = evidence
+
+
+class LevelfieldOOMKilled(CeilingHit):
+    """The memory ceiling: the cgroup's OOM-kill counter grew during the exec."""
+
+
+class LevelfieldPidsExhausted(CeilingHit):
+    """The pids ceiling: forks were refused (pids.events max) during the exec."""
+
+
+class LevelfieldStorageExhausted(CeilingHit):
+    """The storage ceiling: the trial's disk filled during the exec."""
 
 
 class AgentError(LevelfieldError):

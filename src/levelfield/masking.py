@@ -32,11 +32,13 @@ SECRET_NAME = re.compile(
 )
 # The userinfo of a URL: `//user:password@` (the password masked), or `//token@` for a user
 # name long enough to be a token (`https://ghp_…@github.com`). No scheme needed, so a URL split
-# after its scheme is still recognised.
-_URL_PASSWORD = re.compile(rb"(//[^/\s:@]*:)([^/\s@]+)(@)")
-_URL_TOKEN_USER = re.compile(rb"(//)([^/\s:@]{16,})(@)")
-_URL_OPEN = re.compile(rb"//[^/?#@\s]{0,256}\Z")  # userinfo that may continue in the next write
-_DANGLING_PASSWORD = re.compile(rb"(//[^/\s:@]*:)([^/\s@]+)\Z")
+# after its scheme is still recognised. Only the characters RFC 3986 allows in userinfo, so that
+# binary files are left alone.
+_USERINFO = rb"[\w.~%!$&'()*+,;=-]"
+_URL_PASSWORD = re.compile(rb"(//" + _USERINFO + rb"*:)(" + _USERINFO + rb"+)(@)")
+_URL_TOKEN_USER = re.compile(rb"(//)(" + _USERINFO + rb"{16,})(@)")
+_URL_OPEN = re.compile(rb"//[\w.~%!$&'()*+,;=:-]{0,256}\Z")  # may go on in the next write
+_DANGLING_PASSWORD = re.compile(rb"(//" + _USERINFO + rb"*:)(" + _USERINFO + rb"+)\Z")
 
 
 @dataclass
@@ -45,6 +47,7 @@ class Masker:
     writer made from it sees them from then on."""
 
     values: set[str] = field(default_factory=set)
+    _encoded: tuple[int, list[bytes]] = field(default=(0, []), repr=False, compare=False)
 
     def add(self, *values: str | None) -> Masker:
         for value in values:
@@ -53,7 +56,12 @@ class Masker:
         return self
 
     def _ordered(self) -> list[bytes]:
-        return sorted((v.encode() for v in self.values), key=len, reverse=True)  # longest first
+        """Longest first, so that a key containing another is masked whole. Values only grow,
+        so their count says whether the list is current."""
+        if self._encoded[0] != len(self.values):
+            ordered = sorted((v.encode() for v in self.values), key=len, reverse=True)
+            self._encoded = (len(ordered), ordered)
+        return self._encoded[1]
 
     def text(self, text: str) -> str:
         return self.data(text.encode(errors="surrogatepass")).decode(errors="surrogatepass")
@@ -130,7 +138,7 @@ class MaskingWriter:
         self.sink.flush()
 
     def _values(self) -> list[bytes]:
-        return [v.encode() for v in self.masker.values]
+        return self.masker._ordered()
 
     def _held_back(self, data: bytes) -> int:
         """How many trailing bytes could still become a secret or a URL's userinfo."""
@@ -150,6 +158,31 @@ def _regular_files(root: Path) -> Iterable[Path]:
             path = Path(dirpath) / name
             if path.is_file() and not path.is_symlink():
                 yield path
+
+
+# Secrets whose values levelfield was never told: an assignment to a variable named like a secret
+# (`export OPENAI_API_KEY=sk-...`, as an agent's command line in another harness's error message
+# carries it) or a JSON key so named, a provider key by its shape, a bearer token.
+_SECRET_ASSIGNMENT = re.compile(
+    r"\b([A-Za-z0-9_]*(?:API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?))"
+    r"(\s*=\s*|[\"']\s*:\s*)([\"']?)[^\s'\"&;|,}]+",
+    re.IGNORECASE,
+)
+_SECRET_SHAPE = re.compile(r"\b(?:sk-[A-Za-z0-9_-]{16,}|(?<=Bearer )[A-Za-z0-9._~+/-]{16,})")
+
+
+# A quick screen, on the upper-cased text: most text holds none of these words, and the full
+# patterns cost far more than a few substring searches.
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSW", "CREDENTIAL", "SK-", "BEARER ")
+
+
+def mask_unknown_secrets(text: str) -> str:
+    """Text from elsewhere with every value that looks like a secret masked."""
+    upper = text.upper()
+    if not any(word in upper for word in _SECRET_WORDS):
+        return text
+    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m[1]}{m[2]}{m[3]}{MASK}", text)
+    return _SECRET_SHAPE.sub(MASK, text)
 
 
 def secret_values_of(environ: Mapping[str, str]) -> list[str]:

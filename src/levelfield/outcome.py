@@ -35,6 +35,7 @@ OUTCOME_OF: Final = MappingProxyType(
         Reason.STORAGE_EXHAUSTED: Outcome.INFRA_ERROR,
         Reason.VERIFIER_TIMEOUT: Outcome.INFRA_ERROR,  # the grader failed to grade
         Reason.VERIFIER_ERROR: Outcome.INFRA_ERROR,  # test.sh wrote no reward, or graded nothing
+        Reason.GRADER_BROKEN: Outcome.FAILED,  # the agent's changes broke it (dpkg, python3, pip)
         Reason.AGENT_SETUP_FAILED: Outcome.INFRA_ERROR,  # the agent never ran
         Reason.SANDBOX_ERROR: Outcome.INFRA_ERROR,
         Reason.HOST_PRESSURE: Outcome.INFRA_ERROR,
@@ -50,6 +51,9 @@ REASON_OF_ERROR: Final = MappingProxyType(
         errors.AdmissionError: Reason.SANDBOX_ERROR,
         errors.NodeLost: Reason.NODE_LOST,
         errors.HostPressure: Reason.HOST_PRESSURE,
+        errors.LevelfieldOOMKilled: Reason.OOM_KILLED,
+        errors.LevelfieldPidsExhausted: Reason.PIDS_EXHAUSTED,
+        errors.LevelfieldStorageExhausted: Reason.STORAGE_EXHAUSTED,
         errors.SandboxError: Reason.SANDBOX_ERROR,
         errors.AgentError: Reason.AGENT_ERROR,
         errors.ApiError: Reason.API_ERROR,
@@ -77,6 +81,7 @@ class PhaseLog:
     setup: AgentSetup | None = None
     report: AgentReport | None = None
     graded_nothing: str | None = None  # why the verifier's reward stands on no test (verifier.py)
+    grader_broken: str | None = None  # how the agent's own changes broke the grader (verifier.py)
     tampered: tuple[str, ...] = ()  # what of the grader the agent changed (verifier.py)
     notes: tuple[str, ...] = ()  # what the agent left where the harness reads, and what was skipped
 
@@ -137,19 +142,25 @@ def reason_from_evidence(evidence: Evidence | None) -> Reason | None:
     """A ceiling the kernel enforced, whichever phase hit it and whatever the scripts said."""
     if evidence is None:
         return None
-    if evidence.oom_kills > 0:
-        return Reason.OOM_KILLED
+    if evidence.oom_kills > evidence.outside_oom_kills:
+        return Reason.OOM_KILLED  # at the trial's own ceiling
+    if evidence.outside_oom_kills > 0:
+        return Reason.HOST_PRESSURE  # the host's OOM killer, or a parent cgroup's limit
     if evidence.pids_max_hits > 0:
         return Reason.PIDS_EXHAUSTED
     if evidence.storage_full:
         return Reason.STORAGE_EXHAUSTED
+    if evidence.host_disk_full:
+        return Reason.HOST_PRESSURE  # the host's or the engine's disk, with no ceiling of its own
     return None
 
 
 def classify(log: PhaseLog) -> Reason:
     """Kernel evidence, then the harness's own errors, then a setup that failed, then a model
     API that stopped the agent (its last call through the proxy failed, or the CLI itself said
-    so), then timeouts, then a grader that graded nothing, then the reward.
+    so), then a grader the agent broke, then a grader that timed out, graded nothing or wrote
+    no reward (even after an agent timeout: `ungraded_after_timeout`), then an agent timeout,
+    then the reward.
 
     A ceiling hit only decides when the trial did not pass: an agent that ran into its pids
     ceiling once, recovered and passed the tests has passed. A grader the agent changed
@@ -169,13 +180,70 @@ def classify(log: PhaseLog) -> Reason:
         return Reason.API_ERROR  # also when the CLI then waited out its timeout in backoff
     if log.report is not None and log.report.api_failure and not passed:
         return Reason.API_ERROR  # what an unproxied CLI said of its API, even in backoff
-    if log.agent is not None and log.agent.timed_out and not passed:
-        return Reason.AGENT_TIMEOUT
+    if log.grader_broken is not None and not passed:
+        return Reason.GRADER_BROKEN  # the agent's own changes left the grader unable to run
     if log.verifier is not None and log.verifier.timed_out:
         return Reason.VERIFIER_TIMEOUT
     if log.graded_nothing is not None and not passed:
         return Reason.VERIFIER_ERROR
+    if log.reward is None:
+        return Reason.VERIFIER_ERROR  # a timed-out agent too: its verifier could have passed it
+    if log.agent is not None and log.agent.timed_out and not passed:
+        return Reason.AGENT_TIMEOUT
     return reason_for_reward(log.reward)
+
+
+def ungraded_after_timeout(log: PhaseLog) -> str | None:
+    """Both facts behind an agent timeout that is not the verdict: the verifier runs after a
+    timed-out agent too and can pass it, so when it then failed to grade, nobody knows the
+    trial's result and the verdict is the verifier's (an infra error)."""
+    agent, verifier = log.agent, log.verifier
+    if agent is None or not agent.timed_out or log.grader_broken is not None:
+        return None
+    if verifier is not None and verifier.timed_out:
+        what = f"timed out after {verifier.duration_s:.1f} s"
+    elif log.reward is None:
+        what = "wrote no reward"
+    elif log.graded_nothing is not None and log.reward < 1.0:
+        what = "graded nothing"
+    else:
+        return None
+    return (
+        f"the agent timed out after {agent.duration_s:.1f} s, then the verifier {what}: a "
+        "timed-out agent can still pass its tests, so this trial's result is unknown"
+    )
+
+
+SIGKILL = 9
+
+
+def unexplained_kill(log: PhaseLog) -> str | None:
+    """A phase ended by SIGKILL that no OOM kill explains, said as such. The verdict stays the
+    reward's: the agent may have sent it itself (`kill -9 -1`), which must not become an infra
+    error; the kernel's OOM killer, the trial's or the host's, is in `oom_kills` when it acted."""
+    evidence = log.evidence
+    if evidence is None or evidence.oom_kills > 0 or evidence.host_oom_kills is None:
+        return None  # no host reading (a remote engine): the sandbox says what it could not see
+    phases = {"agent setup": log.setup.phase if log.setup else None}
+    phases |= {"agent": log.agent, "verifier": log.verifier}
+    killed = [
+        name
+        for name, phase in phases.items()
+        if phase is not None and phase.signal == SIGKILL and not phase.timed_out
+    ]
+    if not killed:
+        return None
+    if evidence.host_oom_kills == 0:
+        host = "the host's OOM killer did not act while it ran (/proc/vmstat oom_kill unchanged)"
+    else:
+        host = (
+            f"the host's OOM killer killed {evidence.host_oom_kills} process(es) while it ran, "
+            "none of this trial's by the kernel log"
+        )
+    return (
+        f"the {' and '.join(killed)} phase ended by SIGKILL with no OOM kill in the trial's "
+        f"cgroup, and {host}: unexplained (the agent itself, or a process outside the trial)"
+    )
 
 
 def outcome_of(reason: Reason) -> Outcome:

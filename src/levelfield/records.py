@@ -11,6 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# An evidence note: an agent died by SIGKILL (exit 137, the shell's "Killed") with nothing to say
+# why: an OOM kill or any other kill. Imports write it (harbor/beside.py), reports count it.
+KILLED_CAUSE_UNKNOWN = "killed, cause unknown"
+
 
 class Outcome(StrEnum):
     PASSED = "passed"
@@ -28,6 +32,7 @@ class Reason(StrEnum):
     STORAGE_EXHAUSTED = "storage_exhausted"
     VERIFIER_TIMEOUT = "verifier_timeout"
     VERIFIER_ERROR = "verifier_error"
+    GRADER_BROKEN = "grader_broken"
     AGENT_SETUP_FAILED = "agent_setup_failed"
     SANDBOX_ERROR = "sandbox_error"
     HOST_PRESSURE = "host_pressure"
@@ -71,11 +76,34 @@ class Evidence(_Frozen):
     storage_used_bytes: int | None = None
     storage_ceiling_bytes: int | None = None
     storage_full: bool = Field(False, description="Free space fell to ~0 at some point.")
+    storage_written_bytes: int | None = Field(
+        None,
+        description="What the trial's disk image ever held (its allocation on the host): an "
+        "upper bound on its peak use, since freed blocks stay allocated.",
+    )
+    host_disk_free_min_bytes: int | None = Field(
+        None,
+        description="Least free space seen on the host filesystem taking the trial's uncapped "
+        "writes (process: its workspace; oci: the container's writable layer).",
+    )
+    host_disk_full: bool = Field(
+        False, description="That filesystem ran out: the host's or the engine's disk, no ceiling."
+    )
     sandbox_alive: bool = Field(True, description="Whether the sandbox's init survived the trial.")
     engine_oom_killed: bool | None = Field(
         None,
         description="oci: the engine's own OOMKilled flag, kept beside the cgroup counter "
         "(Docker sets it; Podman on cgroup v1 does not). None on process.",
+    )
+    host_oom_kills: int | None = Field(
+        None,
+        description="OOM kills anywhere on the host while the trial ran (/proc/vmstat "
+        "oom_kill); None when not read (a remote engine).",
+    )
+    outside_oom_kills: int = Field(
+        0,
+        description="Kills of the trial's processes at a limit not its own ceiling (the host "
+        "ran out, or a parent cgroup's limit), from the kernel log; oom_kills counts them too.",
     )
     notes: tuple[str, ...] = ()
 
@@ -205,6 +233,47 @@ class ImageRecord(_Frozen):
         "already and the registry not reached."
     )
     stand_in: str | None = Field(None, description="The offline base it was built on, if any.")
+
+
+class HarborFacts(_Frozen):
+    """What Harbor's result.json said of a trial that levelfield did not run: kept as given, so
+    that the verdict can be re-derived and the submission's setup compared with others'."""
+
+    submission: str = Field(description="The label the trial was imported under.")
+    job: str = Field(description="Harbor's job folder the trial was found in.")
+    trial_name: str
+    trial_id: str | None = Field(None, description="Harbor's `id` of the trial.")
+    task_name: str = Field(description="The task as Harbor named it, before normalising.")
+    task_checksum: str | None = None
+    dataset: str | None = Field(None, description="Harbor's `source`, e.g. terminal-bench.")
+    agent_name: str | None = None
+    agent_version: str | None = None
+    model: str | None = Field(None, description="agent_info.model_info, else config's model.")
+    sandbox_provider: str | None = Field(
+        None, description="config.environment.type: docker, daytona, modal, e2b, runloop..."
+    )
+    timeout_multiplier: float | None = None
+    overrides: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="The timeouts and resources the submitter set instead of the task's "
+        "(override_/max_timeout_sec of agent and verifier, override_cpus/memory_mb/storage_mb); "
+        "only those set.",
+    )
+    phase_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="Seconds per phase (environment_setup, agent_setup, agent_execution, "
+        "verifier) from Harbor's start and end times; a phase without both is absent.",
+    )
+    rewards: dict[str, float | None] | None = Field(
+        None, description="verifier_result.rewards; None when nothing was graded."
+    )
+    exception_type: str | None = None
+    exception_message: str | None = Field(
+        None, description="Shortened, with secrets the agent's command line held masked."
+    )
+    exception_at: str | None = None
+
+
 class AgentSetup(_Frozen):
     """How a CLI agent came to be in the sandbox, apart from its run: an install that the memory
     ceiling kills is a different event from an agent that runs out of memory."""
@@ -272,6 +341,9 @@ class TrialRecord(_Frozen):
     image: ImageRecord | None = Field(None, description="oci: the image the trial ran.")
     agent_setup: AgentSetup | None = None
     agent_report: AgentReport | None = None
+    harbor: HarborFacts | None = Field(
+        None, description="Imported from Harbor: what its result.json said of the trial."
+    )
     limits_disclosed: bool = Field(
         False, description="The agent was told its floor and ceiling (a factor of the trial)."
     )

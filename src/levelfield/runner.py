@@ -21,7 +21,14 @@ from levelfield.agents import Agent, AgentOptions, AgentRun, make_agent
 from levelfield.disclosure import DisclosedSandbox, disclosed_task
 from levelfield.masking import Masker, known_secrets, secret_values_of
 from levelfield.network import IndexProber
-from levelfield.outcome import PhaseLog, classify, outcome_of, stopping_call
+from levelfield.outcome import (
+    PhaseLog,
+    classify,
+    outcome_of,
+    stopping_call,
+    unexplained_kill,
+    ungraded_after_timeout,
+)
 from levelfield.plan import Trial
 from levelfield.policy import Limits
 from levelfield.records import AgentSetup, Evidence, HostContext, Telemetry, TrialRecord
@@ -193,19 +200,60 @@ def record_without_sandbox(trial: Trial, ctx: TrialContext, exc: BaseException) 
 
 
 ENOSPC_TEXT = "No space left on device"
+# A disk whose image holds all but this much of its ceiling may have been full between samples.
+COULD_FILL_SLACK_BYTES = 4 << 20
+COULD_FILL_SLACK_FRACTION = 0.10
 
 
 def with_log_evidence(log: PhaseLog) -> Evidence | None:
-    """A disk filled and emptied again between two samples still left its error in the output."""
+    """A full disk is decided by the disks' own readings, never by what a phase printed. The
+    sampler sees a disk that stayed full; a disk that filled and emptied between two samples
+    still left its blocks in the disk's image (`storage_written_bytes`), and then the phase's
+    "No space left on device" tells the two apart. Printed under a disk that never came near
+    full, the words are the agent's own and change nothing: the evidence says so."""
     evidence = log.evidence
-    if evidence is None or evidence.storage_full or evidence.storage_ceiling_bytes is None:
+    if evidence is not None and evidence.host_disk_full and not evidence.storage_full:
+        least = evidence.host_disk_free_min_bytes or 0
+        note = (
+            f"the host filesystem taking the trial's uncapped writes fell to {least >> 20} MiB "
+            "free: the host's or the engine's disk ran out, not a ceiling of the trial's"
+        )
+        return evidence.model_copy(update={"notes": (*evidence.notes, note)})
+    if evidence is None or evidence.storage_full:
         return evidence
     setup = log.setup.phase if log.setup is not None else None
     tails = [p.output_tail for p in (setup, log.agent, log.verifier) if p is not None]
     if not any(ENOSPC_TEXT in tail for tail in tails):
         return evidence
-    note = f"'{ENOSPC_TEXT}' in the phase output under a storage ceiling"
-    return evidence.model_copy(update={"storage_full": True, "notes": (*evidence.notes, note)})
+    ceiling, written = evidence.storage_ceiling_bytes, evidence.storage_written_bytes
+    if ceiling is not None and written is not None and could_have_filled(written, ceiling):
+        note = (
+            f"'{ENOSPC_TEXT}' in the phase output, and the trial's disk held {written >> 20} "
+            f"MiB of its {ceiling >> 20} MiB ceiling at some point: it filled between two samples"
+        )
+        return evidence.model_copy(update={"storage_full": True, "notes": (*evidence.notes, note)})
+    return evidence.model_copy(update={"notes": (*evidence.notes, _no_full_disk(evidence))})
+
+
+def could_have_filled(written_bytes: int, ceiling_bytes: int) -> bool:
+    slack = max(COULD_FILL_SLACK_BYTES, COULD_FILL_SLACK_FRACTION * ceiling_bytes)
+    return written_bytes >= ceiling_bytes - slack
+
+
+def _no_full_disk(evidence: Evidence) -> str:
+    seen = []
+    if evidence.storage_ceiling_bytes is not None and evidence.storage_written_bytes is not None:
+        seen.append(
+            f"the trial's disk never held more than {evidence.storage_written_bytes >> 20} MiB "
+            f"of its {evidence.storage_ceiling_bytes >> 20} MiB ceiling"
+        )
+    if evidence.host_disk_free_min_bytes is not None:
+        seen.append(
+            f"the host filesystem taking its uncapped writes kept at least "
+            f"{evidence.host_disk_free_min_bytes >> 20} MiB free"
+        )
+    found = "; ".join(seen) or "no disk reading shows a full disk"
+    return f"'{ENOSPC_TEXT}' in the phase output, but {found}: not a full disk"
 
 
 SETUP_TAIL_CHARS = 800
@@ -221,6 +269,9 @@ def with_outcome_notes(evidence: Evidence | None, log: PhaseLog) -> Evidence | N
         notes.append(f"agent setup {how}: {phase.output_tail[-SETUP_TAIL_CHARS:]}")
     if log.graded_nothing:
         notes.append(f"verifier graded nothing: {log.graded_nothing}")
+    if log.grader_broken:
+        notes.append(f"the grader could not run because of the agent: {log.grader_broken}")
+    notes += filter(None, [ungraded_after_timeout(log), unexplained_kill(log)])
     if log.report is not None and log.report.api_failure:
         notes.append(f"the agent reported an API failure: {log.report.message}")
     stopped = stopping_call(log.api_calls)
@@ -266,7 +317,7 @@ def _phases(
     t = time.monotonic()
     verdict = run_verifier(trial.task, box, trial_dir=trial_dir)
     log.verifier, log.reward = verdict.phase, verdict.reward
-    log.graded_nothing = verdict.graded_nothing
+    log.graded_nothing, log.grader_broken = verdict.graded_nothing, verdict.grader_broken
     log.tampered, log.notes = verdict.tampered, (*log.notes, *verdict.notes)
     phase_s["verifier"] = time.monotonic() - t
 

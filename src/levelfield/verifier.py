@@ -16,6 +16,14 @@ exits non-zero, including when `uvx` could not even download pytest. So when tes
 report file (pytest's `--ctrf PATH`, `--junitxml PATH`) that is missing or empty afterwards, or
 when its bootstrap visibly failed (a download or name resolution error, and pytest never started),
 the verifier graded nothing: `graded_nothing` says which file and quotes the log lines.
+
+Who is to blame for a grader that graded nothing is read from its bootstrap's evidence. A package
+index it could not reach (name resolution, a refused or timed-out connection, an HTTP 5xx) is the
+infrastructure's. A grader that the agent's own changes broke is the agent's (`grader_broken`):
+apt saying that dpkg was interrupted or that a live process still holds its lock (the image was
+built with a working dpkg and the harness never runs it), or a python3 or pip that the grader
+could not run and that the sandbox's own record of changes shows the agent deleted or altered
+(the engine's diff against the image; on `process` the host's root is read-only, so never).
 """
 
 from __future__ import annotations
@@ -47,11 +55,33 @@ LOADED_BY_RUNNER = re.compile(r"(^|/)(conftest\.py|pytest\.ini)$")
 REPORT_FLAG = re.compile(r"--(?:ctrf|junitxml|junit-xml|json-report-file)(?:=|\s+)([^\s;|&<>]+)")
 BOOTSTRAP_FAILURE = re.compile(
     r"Could not resolve host|Temporary failure in name resolution|Name or service not known"
-    r"|failed to lookup address|dns error|Failed to fetch|Failed to download"
+    r"|Temporary failure resolving|failed to lookup address|dns error"
+    r"|Failed to fetch|Failed to download"
     r"|No matching distribution found|Could not find a version that satisfies"
-    r"|Network is unreachable|Connection refused|Connection timed out",
+    r"|Network is unreachable|Connection refused|Connection timed out"
+    r"|returned error: 5\d\d|HTTP status server error|\b5\d\d\s+(?:Service Unavailable"
+    r"|Bad Gateway|Internal Server Error|Gateway Time-?out)|too many 5\d\d error responses",
     re.IGNORECASE,
 )
+# What apt says of a dpkg the agent left broken: its state, not a network or host fault.
+DPKG_BROKEN = re.compile(
+    r"dpkg was interrupted, you must manually run"
+    r"|Could not get lock /var/lib/dpkg/lock(?:-frontend)?\. It is held by process \d+"
+)
+# A python or pip the grader could not run; the agent's doing only if it changed their files.
+# A script whose interpreter is gone fails as "bad interpreter" (bash < 5.1) or "cannot
+# execute: required file not found" (5.1 and later): pip without its python, for instance.
+TOOL_MISSING = {
+    "python": re.compile(
+        r"\bpython[\d.]*: (?:command )?not found|/python[\d.]*: No such file or directory"
+        r"|bad interpreter: \S*python|: cannot execute: required file not found"
+    ),
+    "pip": re.compile(
+        r"\bpip[\d.]*: (?:command )?not found|No module named '?pip\b"
+        r"|/pip[\d.]*: No such file or directory"
+    ),
+}
+CHANGE_KINDS = {0: "changed", 2: "deleted"}  # the engine's diff: 0 modified, 1 added, 2 deleted
 PYTEST_STARTED = re.compile(r"test session starts|collected \d+ item|\d+ (passed|failed)")
 EVIDENCE_LINES = 6
 
@@ -61,6 +91,7 @@ class Verdict:
     phase: PhaseResult
     reward: float | None
     graded_nothing: str | None = None  # why the reward stands on no test (the evidence)
+    grader_broken: str | None = None  # how the agent's own changes broke the grader
     tampered: tuple[str, ...] = ()  # what of the grader changed: the agent's doing
     notes: tuple[str, ...] = ()  # what the agent left in /logs/verifier; what the reward was
 
@@ -87,7 +118,8 @@ def run_verifier(task: Task, box: Sandbox, *, trial_dir: Path) -> Verdict:
     ]
     output = _read_from(log, offset)
     nothing = graded_nothing(task, box, output)
-    return Verdict(phase, reward, nothing, tuple(tampered), tuple(notes))
+    broken = grader_broken(box, output) if nothing is not None else None
+    return Verdict(phase, reward, nothing, broken, tuple(tampered), tuple(notes))
 
 
 def _line(what: str, items: list[str] | tuple[str, ...]) -> list[str]:
@@ -154,6 +186,42 @@ def graded_nothing(task: Task, box: Sandbox, output: str) -> str | None:
     if failures and not PYTEST_STARTED.search(output) and "pytest" in test_sh:
         return "the verifier's bootstrap failed before any test ran" + _quote(output, failures)
     return None
+
+
+def grader_broken(box: Sandbox, output: str) -> str | None:
+    """The agent's own changes, as the bootstrap's evidence shows them, that left a grader
+    unable to grade; None when nothing there is the agent's doing (then it is infrastructure)."""
+    lines = output.splitlines()
+    dpkg = [line for line in lines if DPKG_BROKEN.search(line)]
+    if dpkg:
+        return "the agent left dpkg broken" + _quote(output, dpkg)
+    changes = None
+    for tool, pattern in TOOL_MISSING.items():
+        failed = [line for line in lines if pattern.search(line)]
+        if not failed:
+            continue
+        changes = changes if changes is not None else _agent_changes(box)
+        touched = [f"{path} {how}" for path, how in changes if _is_tool_file(tool, path)]
+        if touched:
+            shown = ", ".join(touched[:EVIDENCE_LINES])
+            return f"the agent broke the grader's {tool} ({shown})" + _quote(output, failed)
+    return None
+
+
+def _agent_changes(box: Sandbox) -> list[tuple[str, str]]:
+    """Files the sandbox's engine saw changed or deleted against the image; none where the
+    backend cannot say (`process`: the host's root is read-only to the agent)."""
+    changes = getattr(box, "changes", None)
+    found = changes() if changes is not None else None
+    return [(path, CHANGE_KINDS[kind]) for path, kind in found or () if kind in CHANGE_KINDS]
+
+
+def _is_tool_file(tool: str, path: str) -> bool:
+    """python: the interpreter itself (/usr/bin/python3.11); pip: its package or script."""
+    name = PurePosixPath(path).name
+    if tool == "python":
+        return "/bin/" in path and re.fullmatch(r"python[\d.]*", name) is not None
+    return re.fullmatch(r"pip[\d.]*", name) is not None
 
 
 def _quote(output: str, lines: list[str] | None = None) -> str:
@@ -236,6 +304,11 @@ def parse_reward_json(text: str) -> float | None:
         data = json.loads(text)
     except json.JSONDecodeError:
         return None
+    return reward_of(data)
+
+
+def reward_of(data: object) -> float | None:
+    """A number, or a mapping's `reward`, else the mean of its numbers (Harbor's reward.json)."""
     if isinstance(data, int | float) and not isinstance(data, bool):
         return float(data)
     if not isinstance(data, dict):

@@ -1,4 +1,4 @@
-"""Faults on purpose, for the chaos tests: a harness process to kill, a sandbox process to kill,
+"""Faults on purpose, for the chaos tests: a harness process to kill, an agent shell to kill,
 a run directory to fill, a container engine's API service to restart; then the figures of what
 was proven (trials planned and stored, duplicates, leaks)."""
 
@@ -112,21 +112,55 @@ def trial_cgroups(run_id: str) -> dict[str, list[int]]:
     return found
 
 
-def kill_one(rng: random.Random, in_flight: Callable[[], dict[str, list[int]]]) -> str | None:
-    """SIGKILL a seeded random process of a seeded random trial in flight; its trial key."""
+AGENT_SHELL = [b"bash", b"/solution/solve.sh"]  # the oracle's shell, as bash execs `bash -c`
+
+
+def kill_agent_shell(
+    rng: random.Random, in_flight: Callable[[], dict[str, list[int]]]
+) -> str | None:
+    """SIGKILL, from outside, the agent's shell of a seeded random trial in flight while it
+    waits for its `sleep`: the solution then never touches /app/done, so the trial's verdict is
+    known (failed/tests_failed, no OOM kill explaining the SIGKILL). Its trial key."""
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
-        trials = in_flight()
-        if trials:
-            key = rng.choice(sorted(trials))
-            pid = rng.choice(sorted(trials[key]))
+        shells = {key: pid for key, pids in in_flight().items() if (pid := _sleeping(pids))}
+        if shells:
+            key = rng.choice(sorted(shells))
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(shells[key], signal.SIGKILL)
             except ProcessLookupError:
                 continue
             return key
-        time.sleep(0.05)
+        time.sleep(0.02)
     return None
+
+
+def _sleeping(pids: list[int]) -> int | None:
+    """The agent shell among `pids` whose child is `sleep` (it is blocked until that ends)."""
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] != AGENT_SHELL:
+                continue
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            if any(Path(f"/proc/{c}/comm").read_text().strip() == "sleep" for c in children):
+                return pid
+    return None
+
+
+def stored_verdict(out: Path, key: str) -> tuple[str, str, list[str]]:
+    """Outcome, reason and evidence notes of a stored trial."""
+    with sqlite3.connect(out / "run.db") as conn:
+        (raw,) = conn.execute("SELECT record FROM trials WHERE trial_key = ?", (key,)).fetchone()
+    record = json.loads(raw)
+    return record["outcome"], record["reason"], list(record["evidence"]["notes"])
+
+
+def assert_killed_from_outside(out: Path, key: str) -> None:
+    """The verdict of a trial whose agent shell was SIGKILLed from outside: the reward's
+    (failed/tests_failed), with the kill said to be unexplained, never a silent failure."""
+    outcome, reason, notes = stored_verdict(out, key)
+    assert (outcome, reason) == ("failed", "tests_failed"), (outcome, reason, notes)
+    assert any("the agent phase ended by SIGKILL" in n and "unexplained" in n for n in notes), notes
 
 
 def fill(mount: Path) -> Path:

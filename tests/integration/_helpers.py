@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from levelfield.config import RunConfig
@@ -38,6 +39,22 @@ def run_with_policy(task_root: Path, out: Path, policy: Policy) -> TrialRecord:
         return run_trial(trial, backend, TrialContext("api-" + out.name, out, "process"))
     finally:
         backend.reap("api-" + out.name)
+
+
+MINI_AGENT = Path(__file__).with_name("_mini_agent.py")
+
+
+def mini_agent_task(make_task: Callable[..., Path], *, agent_timeout: float) -> Path:
+    """A task whose answer the scripted model gives (its solution writes 42), with the minimal
+    `command` agent (`_mini_agent.py`) in its workdir, run as `python3 /app/mini_agent.py`."""
+    return make_task(
+        "answer",
+        solve="echo 42 > /app/answer.txt",
+        test='test "$(cat /app/answer.txt)" = 42',
+        memory_mb=256,
+        agent_timeout=agent_timeout,
+        files={"environment/mini_agent.py": MINI_AGENT.read_text()},
+    )
 
 
 def stored_count(run_dir: Path) -> int:

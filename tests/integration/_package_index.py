@@ -63,10 +63,16 @@ class PackageIndex:
 
 @contextlib.contextmanager
 def package_index(
-    root: Path, *, size_bytes: int, rate_bps: int | list[int], project: str = "probe"
+    root: Path,
+    *,
+    size_bytes: int,
+    rate_bps: int | list[int],
+    project: str = "probe",
+    status: int = 200,
 ) -> Iterator[PackageIndex]:
     """Start the index in its own namespace; everything it made is removed on exit. Several
-    rates are taken in turn, one per download of the file."""
+    rates are taken in turn, one per download of the file. Any `status` but 200 is what every
+    request gets instead (503: an index that is down)."""
     run_id = f"idx{os.getpid()}"
     filename = f"{project}-1.0-py3-none-any.whl"
     files = root / "files"
@@ -78,7 +84,8 @@ def package_index(
     server = subprocess.Popen(
         ["ip", "netns", "exec", net.name, sys.executable, str(script), "--bind", net.trial_addr,
          "--root", str(files), "--project", project, "--rate",
-         ",".join(map(str, rate_bps if isinstance(rate_bps, list) else [rate_bps]))],
+         ",".join(map(str, rate_bps if isinstance(rate_bps, list) else [rate_bps])),
+         "--status", str(status)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -101,14 +108,18 @@ def _wait_listening(host: str, port: int, server: subprocess.Popen[bytes]) -> No
     raise RuntimeError(f"package index at {host}:{port} did not start")
 
 
-def _handler(root: Path, project: str, rates: list[int]) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    root: Path, project: str, rates: list[int], status: int = 200
+) -> type[BaseHTTPRequestHandler]:
     (wheel,) = sorted(root.iterdir())
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     turn = itertools.count()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path.rstrip("/") == f"/simple/{project}":
+            if status != 200:
+                self.send_error(status)
+            elif self.path.rstrip("/") == f"/simple/{project}":
                 link = f'<a href="../../files/{wheel.name}#sha256={digest}">{wheel.name}</a>'
                 self._send(f"<html><body>{link}</body></html>".encode(), "text/html")
             elif self.path == f"/files/{wheel.name}":
@@ -142,8 +153,10 @@ def main() -> None:
     parser.add_argument("--root", type=Path, required=True)
     parser.add_argument("--project", required=True)
     parser.add_argument("--rate", default="0", help="bytes/s, or several taken in turn: 1,4")
+    parser.add_argument("--status", type=int, default=200, help="answer every request so")
     args = parser.parse_args()
-    handler = _handler(args.root, args.project, [int(r) for r in args.rate.split(",")])
+    rates = [int(r) for r in args.rate.split(",")]
+    handler = _handler(args.root, args.project, rates, args.status)
     ThreadingHTTPServer((args.bind, PORT), handler).serve_forever()
 
 

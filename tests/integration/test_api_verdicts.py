@@ -20,11 +20,10 @@ from levelfield.model_api.scripted_model import Failure, ScriptedModel, serve
 from levelfield.records import Outcome, Reason
 
 from ..conftest import MakeTask
-from ._helpers import run_records
+from ._helpers import mini_agent_task, run_records
 
 pytestmark = pytest.mark.sandbox
 KEY = "sk-levelfield-planted-verdicts-0b7e55"
-MINI_AGENT = (Path(__file__).parent / "_mini_agent.py").read_text()
 
 
 @pytest.mark.parametrize(
@@ -45,14 +44,7 @@ def test_a_command_agent_s_failed_calls_decide_its_verdict_through_the_proxy(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    task = make_task(
-        "answer",
-        solve="echo 42 > /app/answer.txt",
-        test='test "$(cat /app/answer.txt)" = 42',
-        memory_mb=256,
-        agent_timeout=10,
-        files={"environment/mini_agent.py": MINI_AGENT},
-    )
+    task = mini_agent_task(make_task, agent_timeout=10)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     model = ScriptedModel.for_dataset(task, failures=[Failure.parse(failure)], require_key=KEY)
     server = serve(model)

@@ -3,12 +3,14 @@ was lost: every planned trial stored exactly once, the store whole (`PRAGMA inte
 no cgroup, mount, loop device, process or container of the run left behind.
 
 Process backend (60 trials): `kill -9` of the harness three times, each followed by a resume;
-SIGKILL of a random process inside a running sandbox (a recorded trial, not a lost one); the run
+SIGKILL, from outside, of a random trial's agent shell (a recorded trial, not a lost one: its
+verdict is asserted, failed/tests_failed with the kill said to be unexplained); the run
 directory's disk filled (a small loop-mounted filesystem as --out: the run stops with a clear
 error and a whole store, then space is freed and the run resumed); SIGTERM; Ctrl-C (SIGINT).
 OCI backend (12 trials): the engine's API service restarted mid-trial (a podman system service
 of this test's own, on its own socket, so that no other user of the machine's engine notices),
-SIGKILL inside a container, and `kill -9` of the harness. The figures are printed.
+SIGKILL of an agent shell inside a container (its verdict asserted the same way), and `kill -9`
+of the harness. The figures are printed.
 
 About 1.5 min (process) and 1.5 min (oci) on a 2-core machine.
 """
@@ -34,10 +36,11 @@ from ..conftest import MakeTask, require
 from ._chaos import (
     Figures,
     Harness,
+    assert_killed_from_outside,
     figures,
     fill,
     integrity,
-    kill_one,
+    kill_agent_shell,
     run_id_of,
     stored_keys,
     trial_cgroups,
@@ -119,10 +122,11 @@ def test_process_sweep_survives_kills_a_full_disk_and_interrupts(
         run_id = run_id_of(out)
         assert run_id is not None
         if fault == "sandbox SIGKILL":
-            victim = kill_one(rng, lambda: trial_cgroups(run_id))  # noqa: B023
+            victim = kill_agent_shell(rng, lambda: trial_cgroups(run_id))  # noqa: B023
             assert victim is not None, "no trial in flight to kill a process of"
             victims.append(victim)
             wait_for(lambda: victim in stored_keys(out), f"a record of {victim}")  # noqa: B023
+            assert_killed_from_outside(out, victim)
         elif fault == "kill -9":
             assert harness.signal(signal.SIGKILL) == -signal.SIGKILL
         elif fault in ("SIGTERM", "Ctrl-C"):
@@ -133,7 +137,7 @@ def test_process_sweep_survives_kills_a_full_disk_and_interrupts(
         faults[fault] += 1
     _finish(harness)
     result = figures("process", faults, out, _planned(out), [])
-    print(f"sandbox processes killed in trials {victims}: each stored once, as "
+    print(f"agent shells killed in trials {victims}: each stored once, as "
           f"{[_reason(out, v) for v in victims]}")  # fmt: skip
     _assert_proven(result, set(schedule), planned=60)
 
@@ -214,11 +218,14 @@ def _containers(run_id: str, *, running: bool = False) -> list[str]:
 
 
 def _container_processes(run_id: str) -> dict[str, list[int]]:
-    """Running containers of the run → the host pids in each container's pids cgroup."""
+    """Running containers of the run → the host pids in each container's pids cgroup, keyed by
+    the trial each runs."""
     found: dict[str, list[int]] = {}
     for cid in _containers(run_id, running=True):
-        inspect = ["podman", "inspect", "-f", "{{.State.Pid}}", cid]
-        pid = subprocess.run(inspect, capture_output=True, text=True).stdout.strip()
+        fields = '{{.State.Pid}} {{index .Config.Labels "levelfield.trial"}}'
+        inspect = ["podman", "inspect", "-f", fields, cid]
+        said = subprocess.run(inspect, capture_output=True, text=True).stdout
+        pid, _, trial = said.partition(" ")
         try:
             lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
             path = next(ln.split(":", 2)[2] for ln in lines if ln.split(":")[1] == "pids")
@@ -226,7 +233,7 @@ def _container_processes(run_id: str) -> dict[str, list[int]]:
         except (OSError, StopIteration, IndexError):
             continue
         if procs:
-            found[cid] = [int(p) for p in procs]
+            found[trial.strip()] = [int(p) for p in procs]
     return found
 
 
@@ -258,8 +265,10 @@ def test_oci_sweep_survives_an_engine_restart_and_kills(
             time.sleep(rng.uniform(0.0, 0.8))
             engine.restart()
         elif fault == "sandbox SIGKILL":
-            victim = kill_one(rng, lambda: _container_processes(run_id))  # noqa: B023
+            victim = kill_agent_shell(rng, lambda: _container_processes(run_id))  # noqa: B023
             assert victim is not None, "no container in flight to kill a process of"
+            wait_for(lambda: victim in stored_keys(out), f"a record of {victim}")  # noqa: B023
+            assert_killed_from_outside(out, victim)
         else:
             assert harness.signal(signal.SIGKILL) == -signal.SIGKILL
         faults[fault] += 1

@@ -278,6 +278,21 @@ def test_cli_agent_reaches_the_proxy_from_a_container_without_network(
     assert model.calls == len(record.api_calls)
 
 
+def _failing_run(
+    tmp_path: Path, kind: str, failure: str, *, claude_retries: int
+) -> tuple[TrialRecord, ScriptedModel]:
+    """One trial of the bundled task on process, the scripted model failing as `failure` says.
+    Claude Code's own policy is ten retries with backoff up to 32 s; fewer keep the test short."""
+    dataset = _dataset(tmp_path, [REPO / "examples" / "noise-suite" / BUNDLED_TASK], 300)
+    retries = {"CLAUDE_CODE_MAX_RETRIES": str(claude_retries)}
+    with _scripted(dataset, failures=[Failure.parse(failure)]) as (model, port):
+        (record,) = _run(
+            dataset, tmp_path / "run", kind, _base_url(kind, port), policies=["uncapped"],
+            agent_env=retries,
+        )  # fmt: skip
+    return record, model
+
+
 REFUSALS = [
     *((kind, f) for kind in ("claude-code", "codex") for f in ("401@1+", "429@1+", "500@1+")),
     ("gemini-cli", "401@1+"),  # its 429s and 5xx back off 5 s and more, ten times
@@ -290,18 +305,7 @@ def test_api_refusal_is_api_error_with_the_calls_as_evidence(
     kind: str, failure: str, tmp_path: Path, prepared: dict[str, Any], scripted_key: None
 ) -> None:
     require(missing_sandbox_prerequisites(), "a process sandbox")
-    dataset = _dataset(tmp_path, [REPO / "examples" / "noise-suite" / BUNDLED_TASK], 300)
-    # Claude Code's own policy is ten retries with backoff up to 32 s; two keep the test short.
-    retries = {"CLAUDE_CODE_MAX_RETRIES": "2"}
-    with _scripted(dataset, failures=[Failure.parse(failure)]) as (model, port):
-        (record,) = _run(
-            dataset,
-            tmp_path / "run",
-            kind,
-            _base_url(kind, port),
-            policies=["uncapped"],
-            agent_env=retries,
-        )
+    record, model = _failing_run(tmp_path, kind, failure, claude_retries=2)
     status = int(failure[:3])
     assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.API_ERROR), (
         record.reason,
@@ -342,17 +346,7 @@ def test_a_cli_s_final_error_is_read_for_what_it_is(
     prepared: dict[str, Any],
     scripted_key: None,
 ) -> None:
-    dataset = _dataset(tmp_path, [REPO / "examples" / "noise-suite" / BUNDLED_TASK], 300)
-    retries = {"CLAUDE_CODE_MAX_RETRIES": "1"}
-    with _scripted(dataset, failures=[Failure.parse(failure)]) as (model, port):
-        (record,) = _run(
-            dataset,
-            tmp_path / "run",
-            kind,
-            _base_url(kind, port),
-            policies=["uncapped"],
-            agent_env=retries,
-        )
+    record, model = _failing_run(tmp_path, kind, failure, claude_retries=1)
     assert (record.outcome, record.reason) == verdict, (record.agent_report, record.evidence)
     assert record.api_calls and record.api_calls[-1].outcome == last_call, record.api_calls
     assert len(record.api_calls) == model.calls

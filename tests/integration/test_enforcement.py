@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from levelfield.records import Outcome, Reason
 from levelfield.sandbox._cgroup import PREFIX, detect
 
 from ..conftest import MakeTask
-from ._helpers import leftovers, run_one, run_records, run_with_policy
+from ._helpers import leftovers, run_one, run_records, run_with_policy, stored_count
 
 pytestmark = pytest.mark.sandbox
 
@@ -59,8 +60,11 @@ def test_cpu_bound_work_is_throttled_under_its_cpu_ceiling(
 def test_fork_bomb_hits_the_pids_ceiling_and_the_host_is_unaffected(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
-    bomb = "bomb() { bomb | bomb & }; bomb; sleep 30"
-    task = make_task("bomb", solve=bomb, agent_timeout=4, memory_mb=512)
+    # The agent phase ends once the sandbox's own PID namespace is at the ceiling, so that the
+    # verdict does not race the timeout where forks are slow (the cgroup v2 VM emulates its CPU).
+    at_ceiling = "until [ \"$(ls /proc | grep -c '^[0-9]')\" -ge 60 ]; do sleep 0.1; done"
+    bomb = f"(bomb() {{ bomb | bomb & }}; bomb); {at_ceiling}; sleep 1"
+    task = make_task("bomb", solve=bomb, agent_timeout=120, memory_mb=512)
     tight = Policy(name="tight-pids", pids_max=64)
     record = run_with_policy(task, tmp_path / "bomb", tight)
     assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.PIDS_EXHAUSTED)
@@ -184,19 +188,30 @@ def test_background_processes_live_until_the_verifier_then_nothing_is_left(
     assert not list((tmp_path / "r" / "trials").glob("*/work/*"))  # workspaces removed
 
 
-def test_a_missing_solution_is_the_agents_error_and_the_run_goes_on(
+def test_a_missing_solution_or_trajectory_is_refused_before_the_run(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
-    make_task("fine")
+    """Bad input, not the agent's failure: the run is refused with every such task named, as a
+    user meets it on the command line (exit 2), and no trial is stored. Before, each trial was
+    stored as failed/agent_error."""
+    make_task("fine", files={"trajectories/lean.json": '{"steps": [{"command": "true"}]}'})
     broken = make_task("no-solution")
     (broken / "solution" / "solve.sh").unlink()
-    records = {r.task: r for r in run_records(broken.parent, tmp_path / "r")}
-    assert records["fine"].outcome is Outcome.PASSED
-    assert (records["no-solution"].outcome, records["no-solution"].reason) == (
-        Outcome.FAILED,
-        Reason.AGENT_ERROR,
-    )
-    assert "solve.sh: missing" in (records["no-solution"].error or "")
+    dataset = broken.parent
+    for agent, problem in (
+        ("oracle", "no-solution: " + str(broken / "solution" / "solve.sh") + " is missing"),
+        ("replay:lean", "trajectories/lean.json: trajectory not found"),
+    ):
+        out = tmp_path / agent.replace(":", "-")
+        done = subprocess.run(
+            [sys.executable, "-m", "levelfield", "run", str(dataset), "--agent", agent,
+             "--out", str(out)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert problem in " ".join((done.stdout + done.stderr).split()), done.stderr
+        assert "fine:" not in done.stderr  # the task that has its input is not named
+        assert stored_count(out) == 0
 
 
 def test_a_floor_the_host_can_never_hold_is_refused_as_an_infra_error(

@@ -92,26 +92,36 @@ def test_a_verifier_that_graded_nothing_is_verifier_error_with_the_missing_file(
 def test_a_key_the_agent_prints_is_masked_everywhere_the_run_wrote(
     make_task: MakeTask, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The agent holds the proxy's dummy token, never the key, and a token the user handed it
+    (--agent-env); it prints both and writes them where the run keeps files."""
     monkeypatch.setenv("ANTHROPIC_API_KEY", PLANTED_KEY)
-    task = make_task("leak", test='test "$(cat /app/key.txt)" = ' + PLANTED_KEY)
+    handed = "ghp_handed-to-the-agent-7c1d"
+    task = make_task(
+        "leak",
+        test='grep -q "^levelfield-trial-" /app/key.txt && test "$(cat /app/token.txt)" = '
+        + handed,
+    )
     options = AgentOptions(
-        command='echo "using key $ANTHROPIC_API_KEY"; echo "$ANTHROPIC_API_KEY" > /app/key.txt; '
-        'echo "$ANTHROPIC_API_KEY" > /logs/agent/key.txt; exit 3',
+        command='echo "using key $ANTHROPIC_API_KEY and token $GITHUB_TOKEN"; '
+        'echo "$ANTHROPIC_API_KEY" > /app/key.txt; echo "$GITHUB_TOKEN" > /app/token.txt; '
+        'echo "$ANTHROPIC_API_KEY $GITHUB_TOKEN" > /logs/agent/key.txt; exit 3',
         name="leaky",
         api_key_env="ANTHROPIC_API_KEY",
+        agent_env={"GITHUB_TOKEN": handed},
     )
     run_dir = tmp_path / "run"
     (record,) = run_records(task, run_dir, agents=["command"], agent_options=options)
-    assert record.outcome is Outcome.PASSED  # the agent had the real key (the verifier saw it)
+    assert record.outcome is Outcome.PASSED  # what the agent held, as the verifier saw it
     written = b"".join(p.read_bytes() for p in run_dir.rglob("*") if p.is_file())
-    assert PLANTED_KEY.encode() not in written  # run.db, its WAL, record.json, every log
+    for secret in (PLANTED_KEY, handed, "levelfield-trial-"):  # run.db, its WAL, every log
+        assert secret.encode() not in written, secret
     log = (run_dir / "trials" / record.trial_key / "agent.log").read_text()
-    assert "using key ***" in log
+    assert "using key *** and token ***" in log
     with sqlite3.connect(run_dir / "run.db") as conn:
         rows = " ".join(r[0] for r in conn.execute("SELECT record FROM trials"))
-    assert "using key ***" in rows and PLANTED_KEY not in rows
+    assert "using key *** and token ***" in rows and PLANTED_KEY not in rows
     with reading(run_dir) as store:
-        assert PLANTED_KEY not in results_json(list(store.records()))
+        assert handed not in results_json(list(store.records()))
 
 
 def test_disclosed_limits_reach_the_agent_and_are_a_paired_factor(

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,19 +44,29 @@ def model() -> ScriptedModel:
     return ScriptedModel(list(COMMANDS), require_key=REAL_KEY)
 
 
-@pytest.fixture
-def proxy(model: ScriptedModel, tmp_path: Path) -> Iterator[tuple[ModelProxy, dict[str, str]]]:
+@contextmanager
+def proxy_to(
+    model: ScriptedModel, conversation: Path, key: str = REAL_KEY
+) -> Iterator[tuple[ModelProxy, dict[str, str]]]:
+    """The scripted model on loopback, and a proxy in front of it for every provider."""
     server = serve(model)
     upstream = f"http://127.0.0.1:{server.port}"
     routes = [
-        Route("anthropic", upstream, SecretStr(REAL_KEY)),
-        Route("openai", upstream + "/v1", SecretStr(REAL_KEY)),
-        Route("gemini", upstream, SecretStr(REAL_KEY)),
+        Route("anthropic", upstream, SecretStr(key)),
+        Route("openai", upstream + "/v1", SecretStr(key)),
+        Route("gemini", upstream, SecretStr(key)),
     ]
-    with ModelProxy(routes, conversation=tmp_path / "conversation.jsonl") as proxy:
-        urls = proxy.base_urls(proxy.listen())
-        yield proxy, urls
-    server.stop()
+    try:
+        with ModelProxy(routes, conversation=conversation) as proxy:
+            yield proxy, proxy.base_urls(proxy.listen())
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def proxy(model: ScriptedModel, tmp_path: Path) -> Iterator[tuple[ModelProxy, dict[str, str]]]:
+    with proxy_to(model, tmp_path / "conversation.jsonl") as relayed:
+        yield relayed
 
 
 def _anthropic(urls: dict[str, str], token: str, retries: int = 0) -> Any:

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
-from levelfield.model_api.proxy import ModelProxy, Route
-from levelfield.model_api.scripted_model import Failure, ScriptedModel, serve
+from levelfield.model_api.proxy import ModelProxy
+from levelfield.model_api.scripted_model import Failure, ScriptedModel
+
+from .test_proxy import proxy_to
 
 REAL_KEY = "sk-real-proxy-failures-41c7aa"
 EXEC = {
@@ -40,16 +41,8 @@ def model() -> ScriptedModel:
 
 @pytest.fixture
 def proxy(model: ScriptedModel, tmp_path: Path) -> Iterator[tuple[ModelProxy, dict[str, str]]]:
-    server = serve(model)
-    upstream = f"http://127.0.0.1:{server.port}"
-    routes = [
-        Route("anthropic", upstream, SecretStr(REAL_KEY)),
-        Route("openai", upstream + "/v1", SecretStr(REAL_KEY)),
-        Route("gemini", upstream, SecretStr(REAL_KEY)),
-    ]
-    with ModelProxy(routes, conversation=tmp_path / "conversation.jsonl") as relay:
-        yield relay, relay.base_urls(relay.listen())
-    server.stop()
+    with proxy_to(model, tmp_path / "conversation.jsonl", REAL_KEY) as relayed:
+        yield relayed
 
 
 def _post(url: str, token: str, body: dict[str, Any], timeout_s: float = 30) -> bytes:

@@ -30,13 +30,12 @@ from levelfield.records import Outcome, Reason
 from levelfield.store import reading
 
 from ..conftest import MakeTask
-from ._helpers import leftovers, stored_count
+from ._helpers import leftovers, mini_agent_task, stored_count
 from .test_cli_proxy import PROBE
 
 pytestmark = pytest.mark.sandbox
 REAL_KEY = "sk-levelfield-planted-secrets-8d02f7c1"
 AGENT_TOKEN = "deploy-token-planted-5e91b04a"  # a secret the user hands the agent on purpose
-MINI_AGENT = (Path(__file__).parent / "_mini_agent.py").read_text()
 # Prints, for about 15 s: the token whole, split across two writes with a pause between (so that
 # the pipe hands them over in two reads), inside a URL, and the key variable (the dummy token).
 LEAKER = (
@@ -63,14 +62,7 @@ def _files_holding(run_dir: Path, *secrets: str) -> list[str]:
 def test_a_command_agent_given_a_key_holds_a_dummy_token_and_reaches_its_model_through_the_proxy(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
-    task = make_task(
-        "answer",
-        solve="echo 42 > /app/answer.txt",
-        test='test "$(cat /app/answer.txt)" = 42',
-        memory_mb=256,
-        agent_timeout=120,
-        files={"environment/mini_agent.py": MINI_AGENT},
-    )
+    task = mini_agent_task(make_task, agent_timeout=120)
     model = ScriptedModel.for_dataset(task, require_key=REAL_KEY)
     server = serve(model)
     b64 = base64.b64encode(REAL_KEY.encode()).decode()

@@ -76,8 +76,9 @@ def test_barely_varying_bandwidth_and_pressure_are_left_out_and_named() -> None:
     trials = _trials(2, cpu_spread=0.3, rate_spread=0.05)
     result = hidden_variables(trials)
     assert result is not None
-    assert not any(c.name in ("bandwidth_quantile", "cpu_pressure_pct")
-                   for c in result.coefficients)
+    assert not any(
+        c.name in ("bandwidth_quantile", "cpu_pressure_pct") for c in result.coefficients
+    )
     reasons = " ".join(result.left_out)
     assert "bandwidth_quantile: barely varies" in reasons
     assert "cpu_pressure_pct: barely varies" in reasons
@@ -111,3 +112,29 @@ def test_the_report_shows_bandwidth_and_pressure_and_names_what_it_left_out() ->
     shown = text.getvalue()
     assert "bandwidth_quantile" in shown and "cpu_pressure_pct" in shown
     assert "left out: " in shown and "steal_pct" in shown
+
+
+def test_a_covariate_constant_within_configurations_is_left_out_in_words() -> None:
+    # Each agent ran on its own weekday (as each leaderboard submission ran on its own days):
+    # the weekday dummies lie in the span of the configuration effects. Fitted anyway, statsmodels
+    # would warn of a singular matrix; here they are named as collinear and nothing is warned.
+    import warnings
+
+    from levelfield.analysis.hidden import hidden_variables
+    from levelfield.analysis.simulate import simulate_trials
+
+    agents = ("a1", "a2", "a3", "a4")
+    trials = simulate_trials(n_tasks=30, agents=agents, policies={"p": 3.0}, repeats=6, seed=2)
+    days = dict(zip(agents, ("Mon", "Tue", "Wed", "Thu"), strict=True))
+    trials = trials.assign(weekday=trials["agent"].map(days).astype(str))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = hidden_variables(trials)
+    assert result is not None and result.estimable
+    assert [c.name for c in result.coefficients] == ["local_hour", "trials_in_flight", "host_load1"]
+    collinear = [line for line in result.left_out if "collinear" in line]
+    assert [line.split(":")[0] for line in collinear] == [
+        "weekday[Tue]",
+        "weekday[Wed]",
+        "weekday[Thu]",
+    ]

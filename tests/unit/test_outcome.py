@@ -1,7 +1,14 @@
 import pytest
 
 from levelfield import errors
-from levelfield.outcome import OUTCOME_OF, PhaseLog, classify, outcome_of, reason_for_error
+from levelfield.outcome import (
+    OUTCOME_OF,
+    PhaseLog,
+    classify,
+    outcome_of,
+    reason_for_error,
+    ungraded_after_timeout,
+)
 from levelfield.records import AgentReport, AgentSetup, Evidence, Outcome, PhaseResult, Reason
 
 
@@ -87,3 +94,49 @@ def test_setup_grader_and_api_failures_are_not_the_agents(log: PhaseLog, reason:
     assert classify(log) is reason
     if reason not in (Reason.TESTS_PASSED, Reason.TESTS_FAILED):
         assert outcome_of(reason) is Outcome.INFRA_ERROR
+
+
+TIMED_OUT = PhaseResult(timed_out=True, duration_s=30.0)
+
+
+@pytest.mark.parametrize(
+    ("log", "reason", "said"),
+    [
+        (PhaseLog(agent=TIMED_OUT, reward=0.0), Reason.AGENT_TIMEOUT, None),
+        (PhaseLog(agent=TIMED_OUT, reward=1.0), Reason.TESTS_PASSED, None),
+        (
+            PhaseLog(agent=TIMED_OUT, reward=None, verifier=PhaseResult(timed_out=True)),
+            Reason.VERIFIER_TIMEOUT,
+            "then the verifier timed out",
+        ),
+        (PhaseLog(agent=TIMED_OUT, reward=None), Reason.VERIFIER_ERROR, "wrote no reward"),
+        (
+            PhaseLog(agent=TIMED_OUT, reward=0.0, graded_nothing="ctrf.json missing"),
+            Reason.VERIFIER_ERROR,
+            "then the verifier graded nothing",
+        ),
+        (
+            PhaseLog(agent=TIMED_OUT, reward=0.0, graded_nothing="x", grader_broken="dpkg"),
+            Reason.GRADER_BROKEN,
+            None,
+        ),
+    ],
+)
+def test_an_agent_timeout_does_not_outrank_a_grader_that_could_not_grade(
+    log: PhaseLog, reason: Reason, said: str | None
+) -> None:
+    """A timed-out agent can still pass (the verifier runs anyway): when the verifier then did
+    not grade, the result is unknown, an infra error with both facts in the evidence."""
+    assert classify(log) is reason
+    note = ungraded_after_timeout(log)
+    assert (note is None) == (said is None)
+    if said is not None:
+        assert said in note and "the agent timed out after 30.0 s" in note  # type: ignore[operator]
+        assert outcome_of(reason) is Outcome.INFRA_ERROR
+
+
+def test_a_grader_the_agent_broke_is_the_agents_failure() -> None:
+    log = PhaseLog(reward=0.0, graded_nothing="ctrf.json missing", grader_broken="dpkg")
+    assert classify(log) is Reason.GRADER_BROKEN
+    assert outcome_of(Reason.GRADER_BROKEN) is Outcome.FAILED
+    assert classify(PhaseLog(reward=1.0, grader_broken="dpkg")) is Reason.TESTS_PASSED

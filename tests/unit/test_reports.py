@@ -160,6 +160,7 @@ def test_public_names_are_pinned() -> None:
         "clustered_mean",
         "compare",
         "hidden_variables",
+        "leaderboard",
         "power_analysis",
         "summarize",
         "task_sensitivity",

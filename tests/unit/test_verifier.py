@@ -105,3 +105,40 @@ def test_tests_changes_tell_the_agents_from_the_runners() -> None:
     assert changed == ["check.sh (rewritten)", "data (removed)", "conftest.py (added)"]
     assert added == ["notes.txt"]  # pytest's own caches are not listed
     assert tests_changes(shipped, {}) == ([], [])  # the sandbox is gone: nothing to say
+
+
+# Lines as apt, bash, pip, uv and curl printed them in this project's runs (test_edge_verdicts_oci).
+AGENT_BROKE_DPKG = [
+    "E: Could not get lock /var/lib/dpkg/lock. It is held by process 43 (dpkg)",
+    "E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 113 (apt-get)",
+    "E: dpkg was interrupted, you must manually run 'dpkg --configure -a' to correct the problem.",
+]
+NOT_THE_AGENTS = [  # the process backend's read-only root, a network outage
+    "E: Could not open lock file /var/lib/dpkg/lock-frontend - open (30: Read-only file system)",
+    "E: Unable to acquire the dpkg frontend lock (/var/lib/dpkg/lock-frontend), are you root?",
+    "curl: (6) Could not resolve host: astral.sh",
+]
+INDEX_DOWN = [
+    "  Caused by: HTTP status server error (503 Service Unavailable) for url (http://i/simple/x/)",
+    "curl: (22) The requested URL returned error: 502",
+    "  503  Service Unavailable [IP: 151.101.2.132 80]",  # apt, under its Err: line
+    "WARNING: Retrying (Retry(total=4)) after connection broken by 'ResponseError('too many 503 "
+    "error responses')': /simple/pytest/",
+    "W: Temporary failure resolving 'deb.debian.org'",
+]
+
+
+def test_the_bootstrap_evidence_tells_the_agents_doing_from_the_networks() -> None:
+    from levelfield.verifier import BOOTSTRAP_FAILURE, DPKG_BROKEN, TOOL_MISSING
+
+    assert all(DPKG_BROKEN.search(line) for line in AGENT_BROKE_DPKG)
+    assert not any(DPKG_BROKEN.search(line) for line in NOT_THE_AGENTS + INDEX_DOWN)
+    assert all(BOOTSTRAP_FAILURE.search(line) for line in INDEX_DOWN)
+    assert not any(BOOTSTRAP_FAILURE.search(line) for line in AGENT_BROKE_DPKG)
+    python, pip = TOOL_MISSING["python"], TOOL_MISSING["pip"]
+    assert python.search("/tests/test.sh: line 4: /usr/local/bin/pip: cannot execute: required "
+                         "file not found")  # fmt: skip
+    assert python.search("/tests/test.sh: line 8: python: command not found")
+    assert pip.search("/tests/test.sh: line 4: pip: command not found")
+    assert pip.search("/usr/local/bin/python3: No module named pip")
+    assert not pip.search("ModuleNotFoundError: No module named 'pipeline'")

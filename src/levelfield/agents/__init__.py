@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -26,7 +26,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from levelfield.errors import RunConfigError
+from levelfield.errors import AgentError, RunConfigError
 from levelfield.records import AgentReport, ApiCall, PhaseResult
 from levelfield.sandbox import Sandbox
 from levelfield.tasks import Task
@@ -118,6 +118,20 @@ _AGENTS: Mapping[str, str] = {
     "codex": "levelfield.agents.command",
     "gemini-cli": "levelfield.agents.command",
 }
+
+
+def refuse_unrunnable(agent: str, tasks: Sequence[Task], load: Callable[[Task], object]) -> None:
+    """An agent's `check(tasks)`: a per-task input it lacks (a solution, a trajectory) is bad
+    input, so the run is refused before its first trial, naming every such task, rather than
+    each trial being booked as the agent's failure. `load` raises AgentError for such a task."""
+    problems = []
+    for task in tasks:
+        try:
+            load(task)
+        except AgentError as exc:
+            problems.append(f"{task.name}: {exc}")
+    if problems:
+        raise RunConfigError(f"agent {agent}: " + "; ".join(problems))
 
 
 def agent_kinds() -> Sequence[str]:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
-from levelfield.agents import AgentOptions, AgentRun, DrawPoint
+from levelfield.agents import AgentOptions, AgentRun, DrawPoint, refuse_unrunnable
 from levelfield.errors import AgentError
 from levelfield.sandbox import Sandbox
 from levelfield.tasks import Task
@@ -16,10 +17,13 @@ class OracleAgent:
     name = "oracle"
     needs_network = False
 
+    def check(self, tasks: Sequence[Task]) -> None:
+        """A task without solution/solve.sh is refused before the run: the oracle has nothing
+        to run there, which says nothing of the environment it measures."""
+        refuse_unrunnable(self.name, tasks, _require_solution)
+
     def run(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentRun:
-        if not task.has_solution:
-            missing = task.solution_dir / "solve.sh"
-            raise AgentError(f"{missing}: missing, the oracle has nothing to run")
+        _require_solution(task)
         box.copy_in(task.solution_dir, PurePosixPath("/solution"))
         phase = box.exec(SOLVE, timeout_s=timeout_s, log_path=trial_dir / "agent.log")
         step = {
@@ -29,6 +33,12 @@ class OracleAgent:
             "duration_s": round(phase.duration_s, 3),
         }
         return AgentRun(phase, (step,))
+
+
+def _require_solution(task: Task) -> None:
+    if not task.has_solution:
+        missing = task.solution_dir / "solve.sh"
+        raise AgentError(f"{missing} is missing: the oracle has nothing to run")
 
 
 def create(spec: str, options: AgentOptions, at: DrawPoint) -> OracleAgent:

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from levelfield.agents import AgentOptions, AgentRun, DrawPoint
+from levelfield.agents import AgentOptions, AgentRun, DrawPoint, refuse_unrunnable
 from levelfield.agents.replay import ReplayAgent
-from levelfield.errors import AgentError, RunConfigError
+from levelfield.errors import AgentError
 from levelfield.sandbox import Sandbox
 from levelfield.tasks import Task
 
@@ -105,14 +105,7 @@ class PopulationAgent:
     def check(self, tasks: Sequence[Task]) -> None:
         """Every task's population loads, or the run is refused before its first trial: a
         missing file is bad input, not a failure to book against the agent."""
-        problems = []
-        for task in tasks:
-            try:
-                load_population(self.population_path(task))
-            except AgentError as exc:
-                problems.append(f"{task.name}: {exc}")
-        if problems:
-            raise RunConfigError(f"agent {self.name}: " + "; ".join(problems))
+        refuse_unrunnable(self.name, tasks, lambda t: load_population(self.population_path(t)))
 
     def draw(self, task: Task) -> str:
         population = load_population(self.population_path(task))

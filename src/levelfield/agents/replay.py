@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from levelfield.agents import AgentOptions, AgentRun, DrawPoint
+from levelfield.agents import AgentOptions, AgentRun, DrawPoint, refuse_unrunnable
 from levelfield.errors import AgentError, RunConfigError
 from levelfield.records import PhaseResult
 from levelfield.sandbox import Sandbox
@@ -59,6 +60,10 @@ class ReplayAgent:
         if "/" in self.source or self.source.endswith(".json"):
             return Path(self.source.replace("{task}", task.name))
         return task.path / "trajectories" / f"{self.source}.json"
+
+    def check(self, tasks: Sequence[Task]) -> None:
+        """Every task's trajectory loads, or the run is refused before its first trial."""
+        refuse_unrunnable(self.name, tasks, lambda t: load_trajectory(self.trajectory_path(t)))
 
     def run(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentRun:
         trajectory = load_trajectory(self.trajectory_path(task))

@@ -3,7 +3,8 @@
 Works on any pandas DataFrame with columns `task, agent, policy, repeat, status` (status in
 passed | failed | infra_error) plus the optional telemetry columns, so results from any harness can
 be analysed: `summarize(df)` gives every figure of a run, `compare(df, by="policy")` the paired
-comparisons, `power_analysis(df, gap=0.02)` the sample size to see a gap.
+comparisons, `power_analysis(df, gap=0.02)` the sample size to see a gap, `leaderboard(df)` the
+ranks of many configurations with their confidence sets and tiers.
 
 Names load on first use: scipy and statsmodels take over a second to import, and `levelfield run`
 (which imports `analysis.table`) should not pay for statistics it does not compute.
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from levelfield.analysis.decomposition import Decomposition
     from levelfield.analysis.estimators import Estimate, clustered_mean
     from levelfield.analysis.hidden import HiddenVariables, hidden_variables
+    from levelfield.analysis.leaderboard import leaderboard
     from levelfield.analysis.paired import Comparison, PairedComparison, compare
     from levelfield.analysis.power import PowerAnalysis, power_analysis
     from levelfield.analysis.sensitivity import TaskSensitivity, task_sensitivity
@@ -33,6 +35,7 @@ _HOME = {
     "clustered_mean": "estimators",
     "HiddenVariables": "hidden",
     "hidden_variables": "hidden",
+    "leaderboard": "leaderboard",
     "Comparison": "paired",
     "PairedComparison": "paired",
     "compare": "paired",
@@ -62,6 +65,7 @@ __all__ = [
     "clustered_mean",
     "compare",
     "hidden_variables",
+    "leaderboard",
     "power_analysis",
     "summarize",
     "task_sensitivity",

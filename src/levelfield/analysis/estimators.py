@@ -17,12 +17,14 @@ Every function here is pure: arrays in, a frozen dataclass or tuple out, NaN whe
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats
+from scipy import special
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -66,7 +68,7 @@ class VarianceComponents:
 
 def z_value(level: float) -> float:
     """Two-sided normal quantile for a central interval at `level` (0.95 → 1.96)."""
-    return float(stats.norm.ppf(0.5 + level / 2))
+    return float(special.ndtri(0.5 + level / 2))
 
 
 def task_means(y: FloatArray, task: IntArray) -> tuple[FloatArray, IntArray]:
@@ -168,15 +170,37 @@ def bootstrap_means(
         return out[:, 0] if flat else out
     defined = ~np.isnan(values)
     filled = np.where(defined, values, 0.0)
-    rng = np.random.default_rng(seed)
-    block = max(1, _BLOCK_CELLS // n)
     parts = []
-    for start in range(0, n_resamples, block):
-        weights = resample_counts(n, min(block, n_resamples - start), rng)
+    for weights in _resample_blocks(n, n_resamples, seed):
         with np.errstate(invalid="ignore", divide="ignore"):
             parts.append((weights @ filled) / (weights @ defined))
     out = np.vstack(parts)
     return out[:, 0] if flat else out
+
+
+def _resample_blocks(n: int, n_resamples: int, seed: int) -> Iterable[FloatArray]:
+    """The resample counts of `bootstrap_means`, block by block. A report bootstraps every
+    configuration with the same seed, and on a leaderboard they all have the same number of
+    tasks: drawing the 2,000 × 89 counts once instead of 55 times, when they fit in one block,
+    gives the same numbers for a fiftieth of the work."""
+    if n * n_resamples <= _BLOCK_CELLS:
+        return _one_block(n, n_resamples, seed)
+    return _draw_blocks(n, n_resamples, seed)
+
+
+@functools.lru_cache(maxsize=4)
+def _one_block(n: int, n_resamples: int, seed: int) -> tuple[FloatArray, ...]:
+    blocks = tuple(_draw_blocks(n, n_resamples, seed))
+    for weights in blocks:
+        weights.setflags(write=False)  # shared through the cache: nobody may change them
+    return blocks
+
+
+def _draw_blocks(n: int, n_resamples: int, seed: int) -> Iterator[FloatArray]:
+    rng = np.random.default_rng(seed)
+    block = max(1, _BLOCK_CELLS // n)
+    for start in range(0, n_resamples, block):
+        yield resample_counts(n, min(block, n_resamples - start), rng)
 
 
 def percentile_ci(samples: FloatArray, level: float = 0.95) -> tuple[float, float]:

@@ -27,12 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
+from statsmodels.genmod.families import Binomial
+from statsmodels.genmod.generalized_linear_model import GLM
 from statsmodels.tools.sm_exceptions import (
     ConvergenceWarning,
     PerfectSeparationError,
     PerfectSeparationWarning,
 )
+from statsmodels.tools.tools import add_constant
 from threadpoolctl import threadpool_limits
 
 from levelfield.analysis import _tidy
@@ -117,7 +119,7 @@ def hidden_variables(
     kept, _ = _informative(_subsample(kept, len(covariates), max_cells, seed))
     kept = kept.sort_values(list(kept.columns), kind="stable")  # float sums independent of order
     try:
-        coefficients = _fit(kept, covariates, level)
+        coefficients, collinear, warned = _fit(kept, covariates, level)
     except (
         PerfectSeparationError,
         PerfectSeparationWarning,
@@ -132,8 +134,16 @@ def hidden_variables(
         if len(kept) < available
         else ""
     )
+    note = " ".join(part for part in (note, *warned) if part)
+    left_out += tuple(f"{name}: {COLLINEAR}" for name in collinear)
     return HiddenVariables(
-        True, note, coefficients, len(kept), int(kept["task"].nunique()), dropped, left_out
+        bool(coefficients),
+        note or ("" if coefficients else f"every covariate recorded is {COLLINEAR}"),
+        coefficients,
+        len(kept),
+        int(kept["task"].nunique()),
+        dropped,
+        left_out,
     )
 
 
@@ -250,22 +260,33 @@ def _subsample(frame: pd.DataFrame, n_cov: int, max_cells: int, seed: int) -> pd
     return frame[frame["task"].isin(chosen)]
 
 
-def _fit(frame: pd.DataFrame, covariates: list[str], level: float) -> tuple[Coefficient, ...]:
+def _fit(
+    frame: pd.DataFrame, covariates: list[str], level: float
+) -> tuple[tuple[Coefficient, ...], list[str], list[str]]:
+    """The coefficients, the covariates left out as collinear with the fixed effects, and what
+    statsmodels warned of, in words (a warning is never printed as it came)."""
     numeric = [c for c in covariates if c not in CATEGORICAL]
     effects = [_weekday_dummies(frame[c]) for c in covariates if c in CATEGORICAL]
     dummies = [
         pd.get_dummies(frame[c], prefix=c, drop_first=True, dtype=float) for c in ("task", "config")
     ]
-    design = pd.concat([frame[numeric], *effects, *dummies], axis=1)
-    names = [*numeric, *(name for e in effects for name in e.columns)]
-    design = sm.add_constant(design, has_constant="add")
+    fixed = add_constant(pd.concat(dummies, axis=1), has_constant="add").to_numpy()
+    candidates = pd.concat([frame[numeric], *effects], axis=1)
+    collinear = _collinear_with(fixed, candidates)
+    candidates = candidates.drop(columns=collinear)
+    names = list(candidates.columns)
+    if not names:
+        return (), collinear, []
+    design = np.column_stack([fixed[:, :1], candidates.to_numpy(float), fixed[:, 1:]])
     groups = pd.factorize(frame["task"])[0]
     # One BLAS thread: IRLS solves many small least-squares problems, where OpenBLAS threads only
     # spin; on a loaded 2-core host they made each solve ~30x slower (measured, 3000 x 63).
-    with warnings.catch_warnings(), threadpool_limits(limits=1, user_api="blas"):
+    with warnings.catch_warnings(record=True) as caught, threadpool_limits(1, user_api="blas"):
+        warnings.simplefilter("always")
         warnings.simplefilter("error", PerfectSeparationWarning)
         warnings.simplefilter("error", ConvergenceWarning)
-        model = sm.GLM(frame["y"].to_numpy(), design.to_numpy(), family=sm.families.Binomial())
+        # statsmodels' own modules, not statsmodels.api, which imports its plots and time series
+        model = GLM(frame["y"].to_numpy(), design, family=Binomial())
         result = model.fit(cov_type="cluster", cov_kwds={"groups": groups})
     z = z_value(level)
     out = []
@@ -273,17 +294,49 @@ def _fit(frame: pd.DataFrame, covariates: list[str], level: float) -> tuple[Coef
         coef, se = float(result.params[i]), float(result.bse[i])
         if not (math.isfinite(coef) and math.isfinite(se)) or abs(coef) > MAX_ABS_LOG_ODDS:
             raise ValueError(f"{name}: log-odds {coef:.3g} per unit (quasi-separation)")
-        out.append(
-            Coefficient(
-                name,
-                coef,
-                se,
-                (coef - z * se, coef + z * se),
-                float(result.pvalues[i]),
-                math.exp(coef),
+        ci = (coef - z * se, coef + z * se)
+        out.append(Coefficient(name, coef, se, ci, float(result.pvalues[i]), math.exp(coef)))
+    return tuple(out), collinear, _in_words(caught)
+
+
+COLLINEAR = (
+    "collinear with the task and configuration effects (it does not vary within them, as when "
+    "each configuration ran on one day or one provider), so its effect cannot be told apart"
+)
+
+
+def _collinear_with(fixed: np.ndarray, candidates: pd.DataFrame) -> list[str]:
+    """Candidates that add nothing to the span of `fixed` and of the candidates before them:
+    their coefficient is not identified, and a fit with them has a singular matrix (statsmodels'
+    SingularMatrixWarning). Gram-Schmidt against an orthonormal basis of the fixed effects."""
+    u, s, _ = np.linalg.svd(fixed, full_matrices=False)
+    basis = u[:, s > s[0] * 1e-10] if s.size else u[:, :0]
+    out = []
+    for name in candidates.columns:
+        column = candidates[name].to_numpy(float)
+        column = column - column.mean()
+        residual = column - basis @ (basis.T @ column)
+        size = float(np.linalg.norm(residual))
+        if size <= 1e-8 * max(1.0, float(np.linalg.norm(column))):
+            out.append(str(name))
+        else:
+            basis = np.column_stack([basis, residual / size])
+    return out
+
+
+def _in_words(caught: list[warnings.WarningMessage]) -> list[str]:
+    """statsmodels' warnings as sentences of the report, one per kind."""
+    out = []
+    for kind in dict.fromkeys(w.category for w in caught):
+        message = next(str(w.message) for w in caught if w.category is kind).splitlines()[0]
+        if "singular" in kind.__name__.lower() or "singular" in message.lower():
+            out.append(
+                "statsmodels found the fit's matrix singular: the SEs above rest on a "
+                "pseudo-inverse and may be too small."
             )
-        )
-    return tuple(out)
+        else:
+            out.append(f"statsmodels warned ({kind.__name__}): {message}.")
+    return out
 
 
 def _weekday_dummies(codes: pd.Series) -> pd.DataFrame:

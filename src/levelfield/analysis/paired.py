@@ -3,28 +3,29 @@
 A comparison is paired by task: both configurations ran the same tasks, and most of the variance of
 a score is between tasks (hard tasks are hard for everyone), so the per-task difference cancels it.
 The SE of the mean difference is `sd(d)/sqrt(n)` over common tasks; the p-value is a sign-flip
-permutation of the per-task differences (exact enumeration up to EXACT_MAX_N tasks, seeded Monte
-Carlo above), or the exact McNemar test when every task has exactly one trial on each side (then the
-differences are -1/0/+1 and the sign-flip test *is* McNemar's exact test). Tasks found on one side
+permutation of the per-task differences (signflip.py: exact at any number of tasks when the
+differences lie on a lattice, as scores of K repeats do), or the exact McNemar test when every task
+has exactly one trial on each side (then the differences are -1/0/+1 and the sign-flip test *is*
+McNemar's exact test). All pairs of a group are computed on one configurations × tasks matrix, so a
+leaderboard's 1,485 pairs cost one array operation and a sign-flip each. Tasks found on one side
 only are listed in the result, never silently dropped. Holm adjusts the p-values of a whole sweep.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from numpy.typing import NDArray
+from scipy import special
 
 from levelfield.analysis import _tidy
 from levelfield.analysis.estimators import FloatArray, z_value
+from levelfield.analysis.signflip import sign_flip_pvalue
 
-EXACT_MAX_N = 16  # 2^16 = 65 536 sign patterns: exact enumeration still takes milliseconds
-N_FLIPS = 10_000  # Monte Carlo p-values resolve ~0.002 at p = 0.05 with 10 000 flips
 METRICS = {"score": "score", "clean_score": "clean", "infra_error_rate": "infra_rate"}
 
 
@@ -71,19 +72,7 @@ class Comparison:
 def paired_difference(a: FloatArray, b: FloatArray, level: float = 0.95) -> PairedEstimate:
     """Paired estimate from aligned per-task values (NaN pairs are left out)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
-    keep = ~(np.isnan(a) | np.isnan(b))
-    a, b = a[keep], b[keep]
-    d = a - b
-    n = int(d.size)
-    diff = float(d.mean()) if n else math.nan
-    se = float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
-    half = z_value(level) * se
-    corr = math.nan
-    if n > 2 and a.std() > 0 and b.std() > 0:
-        corr = float(np.corrcoef(a, b)[0, 1])
-    mean_a = float(a.mean()) if n else math.nan
-    mean_b = float(b.mean()) if n else math.nan
-    return PairedEstimate(diff, se, (diff - half, diff + half), mean_a, mean_b, corr, n)
+    return paired_estimates(a[None, :], b[None, :], level)[0]
 
 
 def clip_rate_difference(estimate: PairedEstimate) -> PairedEstimate:
@@ -93,42 +82,14 @@ def clip_rate_difference(estimate: PairedEstimate) -> PairedEstimate:
     return replace(estimate, ci=(max(-1.0, lo), min(1.0, hi)))
 
 
-def sign_flip_pvalue(
-    d: FloatArray, n_flips: int = N_FLIPS, seed: int = 0, exact_max_n: int = EXACT_MAX_N
-) -> tuple[float, str]:
-    """Two-sided p-value of H0 "per-task differences are symmetric about 0" and the method used.
-
-    Under H0 each difference's sign is a fair coin. The statistic is |sum(d)|. Exact: every sign
-    pattern; Monte Carlo: (1 + #extreme) / (1 + n_flips), which is never 0 and stays valid.
-    """
-    d = np.asarray(d, float)
-    d = d[~np.isnan(d)]
-    if d.size == 0:
-        return math.nan, "none"
-    observed = abs(d.sum())
-    tolerance = 1e-9 * max(1.0, float(np.abs(d).sum()))
-    if d.size <= exact_max_n:
-        patterns = np.arange(2**d.size)[:, None] >> np.arange(d.size) & 1
-        totals = (1 - 2 * patterns) @ d
-        return float(np.mean(np.abs(totals) >= observed - tolerance)), "sign-flip exact"
-    rng = np.random.default_rng(seed)
-    extreme = 0
-    block = max(1, 4_000_000 // d.size)
-    total = d.sum()
-    for start in range(0, n_flips, block):
-        rows = min(block, n_flips - start)
-        # One random bit per sign, unpacked: a flipped set F gives sum(d) − 2·sum(d[F]).
-        bits = rng.integers(0, 256, size=(rows, -(-d.size // 8)), dtype=np.uint8)
-        flipped = np.unpackbits(bits, axis=1, count=d.size)
-        extreme += int(np.sum(np.abs(total - 2 * (flipped @ d)) >= observed - tolerance))
-    return (1 + extreme) / (1 + n_flips), "sign-flip Monte Carlo"
-
-
 def mcnemar_pvalue(a_only: int, b_only: int) -> float:
     """Exact McNemar: the discordant pairs split like a fair coin under H0 (binomial test)."""
     if a_only + b_only == 0:
         return 1.0
-    return float(stats.binomtest(a_only, a_only + b_only, 0.5).pvalue)
+    # Binomial(n, 1/2) is symmetric: the two-sided p doubles the smaller tail (scipy's binomtest
+    # gives the same; scipy.special spares importing scipy.stats, half a second of every start).
+    n = a_only + b_only
+    return min(1.0, 2 * float(special.bdtr(min(a_only, b_only), n, 0.5)))
 
 
 def holm(p_values: Sequence[float]) -> FloatArray:
@@ -152,7 +113,6 @@ def compare(
     by: str = "policy",
     metric: str = "score",
     level: float = 0.95,
-    seed: int = 0,
     order: Sequence[str] | None = None,
 ) -> Comparison:
     """All pairs of `by` values (policy, agent, run or window) within each combination of the
@@ -161,16 +121,29 @@ def compare(
     `order` fixes which side is `a`: pairs are (order[i], order[j]) for i < j. By default policies
     go from the loosest ceiling to the tightest (so "headroom − strict") and other labels sorted.
     Comparing agents or policies of two stacked runs pools the runs (else an agent found only in
-    run A could never meet one found only in run B).
+    run A could never meet one found only in run B). Comparing runs whose configurations differ
+    only by a label that names the run (two imported submissions) compares them as wholes.
     """
     counts = _tidy.task_counts(_tidy.check_trials(trials))
-    if by != "run":
-        counts = _tidy.pool(counts, "run")
+    counts = _tidy.pool(counts, "run") if by != "run" else _pool_run_labels(counts)
     if order is None and by == "policy":
         order = list(reversed(_tidy.policy_order(_tidy.policy_ceilings(trials))))
-    return compare_rates(
-        _tidy.task_rates(counts), by=by, metric=metric, level=level, seed=seed, order=order
-    )
+    return compare_rates(_tidy.task_rates(counts), by=by, metric=metric, level=level, order=order)
+
+
+def _pool_run_labels(counts: pd.DataFrame) -> pd.DataFrame:
+    """Runs compared as wholes when a column only says which run a trial is in: one value in
+    each run, another in the other (two imported submissions are each their own agent). Left
+    in, it would pair nothing with nothing."""
+    for column in _tidy.identity_columns(counts):
+        if column == "run" or column not in counts.columns:
+            continue
+        per_run = counts.groupby("run")[column].nunique()
+        if (per_run == 1).all() and counts[column].nunique() == len(per_run) > 1:
+            counts = _tidy.pool(counts, column)
+            if column == "window":  # every table has a window: the pooled one is the default
+                counts = counts.assign(window=_tidy.DEFAULT_WINDOW)
+    return counts
 
 
 def compare_rates(
@@ -179,7 +152,6 @@ def compare_rates(
     by: str,
     metric: str = "score",
     level: float = 0.95,
-    seed: int = 0,
     order: Sequence[str] | None = None,
 ) -> Comparison:
     """`compare` on per-task rates (`_tidy.task_rates`), which summarize computes once."""
@@ -189,12 +161,12 @@ def compare_rates(
         raise ValueError(f"cannot compare by {by!r}: not an identity column of the trial table")
     within_cols = [c for c in _tidy.identity_columns(rates) if c != by]
     order = list(order) if order is not None else sorted(set(rates[by]))
-    pairs = []
+    pairs: list[PairedComparison] = []
     for key, group in _groups(rates, within_cols):
         within = tuple(zip(within_cols, key, strict=True))
-        present = [o for o in order if o in set(group[by])]
-        for a, b in itertools.combinations(present, 2):
-            pairs.append(_compare_pair(group, by, (a, b), within, metric, level, seed))
+        seen = set(group[by])
+        present = [o for o in order if o in seen]
+        pairs.extend(_compare_group(TaskMatrix.of(group, by, present, metric), within, level))
     adjusted = holm([p.p_value for p in pairs])
     pairs = [replace(p, p_holm=float(q)) for p, q in zip(pairs, adjusted, strict=True)]
     return Comparison(by, metric, level, tuple(pairs))
@@ -211,37 +183,122 @@ def _groups(
     ]
 
 
-def _compare_pair(
-    group: pd.DataFrame,
-    by: str,
-    labels: tuple[str, str],
-    within: tuple[tuple[str, str], ...],
-    metric: str,
-    level: float,
-    seed: int,
-) -> PairedComparison:
-    a, b = labels
-    side_a = group[group[by] == a].set_index("task")
-    side_b = group[group[by] == b].set_index("task")
-    common = side_a.index.intersection(side_b.index).sort_values()
-    column = METRICS[metric]
-    va = side_a.loc[common, column].to_numpy(float)
-    vb = side_b.loc[common, column].to_numpy(float)
-    estimate = clip_rate_difference(paired_difference(va, vb, level))
-    p_value, method = _pvalue(side_a.loc[common], side_b.loc[common], va - vb, metric, seed)
-    only_a = tuple(sorted(side_a.index.difference(common)))
-    only_b = tuple(sorted(side_b.index.difference(common)))
-    return PairedComparison(
-        by, a, b, within, metric, estimate, p_value, method, math.nan, only_a, only_b
+@dataclass(frozen=True, slots=True)
+class TaskMatrix:
+    """One metric of several configurations on their tasks: `values` (configurations × tasks) is
+    NaN where the task did not run or the metric is undefined there; `trials` is 0 where the task
+    did not run."""
+
+    by: str
+    metric: str
+    labels: tuple[str, ...]
+    tasks: tuple[str, ...]
+    values: FloatArray
+    trials: NDArray[np.int64]
+
+    @classmethod
+    def of(cls, rates: pd.DataFrame, by: str, labels: Sequence[str], metric: str) -> TaskMatrix:
+        """From per-task rates of one group (`_tidy.task_rates`), rows in the order of `labels`."""
+        column = METRICS[metric]
+        wide = rates.pivot(index=by, columns="task", values=[column, "n_trials"])
+        wide = wide.reindex(list(labels))
+        values = wide[column].to_numpy(float)
+        trials = wide["n_trials"].fillna(0).to_numpy(np.int64)
+        tasks = tuple(str(t) for t in wide[column].columns)
+        return cls(by, metric, tuple(labels), tasks, values, trials)
+
+
+def paired_estimates(
+    a: FloatArray, b: FloatArray, level: float = 0.95
+) -> tuple[PairedEstimate, ...]:
+    """`paired_difference` for each row of two aligned (pairs × tasks) arrays at once."""
+    keep = ~(np.isnan(a) | np.isnan(b))
+    n = keep.sum(axis=1)
+    a0, b0 = np.where(keep, a, 0.0), np.where(keep, b, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_a, mean_b = a0.sum(axis=1) / n, b0.sum(axis=1) / n
+        ca, cb = (
+            np.where(keep, a0 - mean_a[:, None], 0.0),
+            np.where(keep, b0 - mean_b[:, None], 0.0),
+        )
+        diff = mean_a - mean_b
+        var_d = ((ca - cb) ** 2).sum(axis=1) / (n - 1)
+        se = np.where(n > 1, np.sqrt(var_d / n), np.nan)
+        ssa, ssb = (ca * ca).sum(axis=1), (cb * cb).sum(axis=1)
+        corr = np.where(
+            (n > 2) & (ssa > 0) & (ssb > 0), (ca * cb).sum(axis=1) / np.sqrt(ssa * ssb), np.nan
+        )
+    half = z_value(level) * se
+    return tuple(
+        PairedEstimate(
+            float(diff[i]),
+            float(se[i]),
+            (float(diff[i] - half[i]), float(diff[i] + half[i])),
+            float(mean_a[i]),
+            float(mean_b[i]),
+            float(corr[i]),
+            int(n[i]),
+        )
+        for i in range(n.size)
     )
 
 
+def _compare_group(
+    matrix: TaskMatrix, within: tuple[tuple[str, str], ...], level: float
+) -> list[PairedComparison]:
+    """Every pair (labels[i], labels[j]), i < j, of one group."""
+    ia, ib = np.triu_indices(len(matrix.labels), 1)
+    return compare_pairs(matrix, list(zip(ia.tolist(), ib.tolist(), strict=True)), within, level)
+
+
+def compare_pairs(
+    matrix: TaskMatrix,
+    pairs: Sequence[tuple[int, int]],
+    within: tuple[tuple[str, str], ...],
+    level: float,
+) -> list[PairedComparison]:
+    """The pairs (row a, row b) of `matrix`, a − b, with their p-values; `p_holm` is left NaN
+    for the caller to adjust over its family."""
+    if not pairs:
+        return []
+    ia, ib = (np.array(side, dtype=np.int64) for side in zip(*pairs, strict=True))
+    estimates = paired_estimates(matrix.values[ia], matrix.values[ib], level)
+    out = []
+    for i, j, estimate in zip(ia.tolist(), ib.tolist(), estimates, strict=True):
+        ran_a, ran_b = matrix.trials[i] > 0, matrix.trials[j] > 0
+        common = ran_a & ran_b
+        d = (matrix.values[i] - matrix.values[j])[common]
+        p_value, method = _pvalue(
+            matrix.trials[i][common], matrix.trials[j][common], d, matrix.metric
+        )
+        out.append(
+            PairedComparison(
+                matrix.by,
+                matrix.labels[i],
+                matrix.labels[j],
+                within,
+                matrix.metric,
+                clip_rate_difference(estimate),
+                p_value,
+                method,
+                math.nan,
+                _names(matrix.tasks, ran_a & ~ran_b),
+                _names(matrix.tasks, ran_b & ~ran_a),
+            )
+        )
+    return out
+
+
+def _names(tasks: tuple[str, ...], mask: NDArray[np.bool_]) -> tuple[str, ...]:
+    return tuple(tasks[k] for k in np.flatnonzero(mask))
+
+
 def _pvalue(
-    side_a: pd.DataFrame, side_b: pd.DataFrame, d: FloatArray, metric: str, seed: int
+    trials_a: NDArray[np.int64], trials_b: NDArray[np.int64], d: FloatArray, metric: str
 ) -> tuple[float, str]:
     """McNemar when both sides have exactly one trial per task and the metric is binary per trial;
     otherwise the sign-flip permutation test."""
-    single = bool((side_a["n_trials"] == 1).all() and (side_b["n_trials"] == 1).all())
+    single = bool((trials_a == 1).all() and (trials_b == 1).all())
     if single and metric != "clean_score" and d.size:
         return mcnemar_pvalue(int(np.sum(d > 0)), int(np.sum(d < 0))), "McNemar exact"
-    return sign_flip_pvalue(d, seed=seed)
+    return sign_flip_pvalue(d)

@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
-from scipy import stats
+from scipy import special
 
 from levelfield.analysis import _tidy
-from levelfield.analysis.estimators import VarianceComponents, components_from_sums
+from levelfield.analysis.estimators import FloatArray, VarianceComponents, components_from_sums
 
 REPEATS = (1, 2, 3, 5, 10)
 
@@ -66,9 +66,49 @@ def required_tasks(
     Var_task_diff is taken as 0. NaN when a variance is unknown or the gap is not positive."""
     if not gap > 0:
         return math.nan
-    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
-    variance = max(0.0, var_task_diff) + mean_within_var / repeats
-    return float(z * z * variance / gap**2)
+    z = _z_sum(alpha, power)
+    return float(z * z * _task_variance(var_task_diff, mean_within_var, repeats) / gap**2)
+
+
+def detectable_gap(
+    var_task_diff: float,
+    mean_within_var: float,
+    repeats: float,
+    n_tasks: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+) -> float:
+    """The smallest gap `n_tasks` tasks of `repeats` each detect: Miller's sample size solved
+    for the gap, δ = (z_{1−α/2} + z_{1−β}) · sqrt((Var_task_diff + E[σ²]/K) / n). `repeats`
+    may be inf: the floor that no number of repeats can lower, set by the tasks alone."""
+    if not n_tasks > 0:
+        return math.nan
+    variance = _task_variance(var_task_diff, mean_within_var, repeats)
+    return float(_z_sum(alpha, power) * math.sqrt(variance / n_tasks))
+
+
+def _z_sum(alpha: float, power: float) -> float:
+    return float(special.ndtri(1 - alpha / 2) + special.ndtri(power))
+
+
+def _task_variance(var_task_diff: float, mean_within_var: float, repeats: float) -> float:
+    """Variance of one task's paired difference at K repeats; a negative moment estimate of
+    Var_task_diff is taken as 0, an unknown one (K = 1 everywhere) stays NaN."""
+    within = 0.0 if math.isinf(repeats) else mean_within_var / repeats
+    return (math.nan if math.isnan(var_task_diff) else max(0.0, var_task_diff)) + within
+
+
+def paired_variances(
+    passed_a: FloatArray, trials_a: FloatArray, passed_b: FloatArray, trials_b: FloatArray
+) -> tuple[float, float]:
+    """(Var_task_diff, E[σ²]) of a paired comparison from per-task passes and trials on common
+    tasks: the variance of the per-task differences less the repeat noise each side adds, and
+    the two sides' repeat variances of one trial summed."""
+    d = passed_a / trials_a - passed_b / trials_b
+    ca = components_from_sums(passed_a, passed_a, trials_a)  # binary: sum of y² = sum of y
+    cb = components_from_sums(passed_b, passed_b, trials_b)
+    var_diff = float(d.var(ddof=1)) - ca.mean_within_var_over_k - cb.mean_within_var_over_k
+    return var_diff, ca.mean_within_var + cb.mean_within_var
 
 
 def power_analysis(
@@ -155,11 +195,11 @@ def _pair_sources(rates: pd.DataFrame, by: str) -> list[_Source]:
 
 def _pair_source(name: str, sa: pd.DataFrame, sb: pd.DataFrame) -> _Source:
     d = sa["score"].to_numpy(float) - sb["score"].to_numpy(float)
-    total = float(d.var(ddof=1))
-    ca, cb = _components(sa), _components(sb)
-    var_diff = total - ca.mean_within_var_over_k - cb.mean_within_var_over_k
+    var_diff, within = paired_variances(
+        *(side[c].to_numpy(float) for side in (sa, sb) for c in ("n_passed", "n_trials"))
+    )
     k = float(pd.concat([sa["n_trials"], sb["n_trials"]]).mean())
-    return _Source(name, var_diff, ca.mean_within_var + cb.mean_within_var, total, len(d), k)
+    return _Source(name, var_diff, within, float(d.var(ddof=1)), len(d), k)
 
 
 def _single_sources(rates: pd.DataFrame) -> list[_Source]:

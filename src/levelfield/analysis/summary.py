@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from levelfield.analysis import _json, _tidy
 from levelfield.analysis.calibration import MARGIN, Calibration, calibrate_rates
@@ -72,6 +73,7 @@ class ConfigSummary:
     repeats: tuple[int, int]
     reasons: dict[str, int]
     memory: MemoryProfile | None
+    killed_cause_unknown: int = 0  # SIGKILLed with no evidence of why (imports: beside.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,14 +119,30 @@ def summarize(
     seed: int = 0,
     margin: float = MARGIN,
 ) -> RunSummary:
-    """All figures of a run. `info` is the run's metadata (see RunData.info); any key may miss."""
+    """All figures of a run. `info` is the run's metadata (see RunData.info); any key may miss.
+
+    One BLAS thread throughout: the products here (bootstrap weights, the hidden-variable fit)
+    are small, and on a loaded 2-core host OpenBLAS's threads only spin (5-30x slower, measured).
+    """
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _summarize(trials, info, level, n_resamples, seed, margin)
+
+
+def _summarize(
+    trials: pd.DataFrame,
+    info: Mapping[str, Any] | None,
+    level: float,
+    n_resamples: int,
+    seed: int,
+    margin: float,
+) -> RunSummary:
     lean = _tidy.check_trials(trials)
     ceilings = _tidy.policy_ceilings(trials)
     order = _tidy.policy_order(ceilings)
     rates = _tidy.task_rates(_tidy.task_counts(lean))
     configs = _configs(trials, lean, rates, ceilings, order, (level, n_resamples, seed))
     comparisons = tuple(
-        compare_rates(rates, by=by, level=level, seed=seed, order=_order(by, order, rates))
+        compare_rates(rates, by=by, level=level, order=_order(by, order, rates))
         for by in _tidy.identity_columns(lean)
         if rates[by].nunique() > 1
     )
@@ -171,10 +189,12 @@ def _configs(
     memory = _memory(trials, lean, keys)
     rank = {p: i for i, p in enumerate(order)}
     out = []
+    killed = _killed(trials, lean, keys)
     for key, group in rates.groupby(keys, sort=True):
         labels = dict(zip(keys, key, strict=True))
         ceiling = ceilings.get(labels["policy"], math.nan)
-        out.append(_config(labels, ceiling, group, settings, reasons.get(key, {}), memory.get(key)))
+        config = _config(labels, ceiling, group, settings, reasons.get(key, {}), memory.get(key))
+        out.append(replace(config, killed_cause_unknown=killed.get(key, 0)))
     return tuple(
         sorted(
             out, key=lambda c: [rank.get(v, 0) if k == "policy" else v for k, v in c.labels.items()]
@@ -242,6 +262,15 @@ def _reasons(
     for index, count in counts.items():
         out.setdefault(tuple(index[:-1]), {})[str(index[-1])] = int(count)
     return out
+
+
+def _killed(trials: pd.DataFrame, lean: pd.DataFrame, keys: list[str]) -> dict[tuple, int]:
+    """Trials per configuration whose agent was killed with no evidence of the cause."""
+    if "killed_cause_unknown" not in trials.columns:
+        return {}
+    flags = trials["killed_cause_unknown"].fillna(False).astype(bool).to_numpy()
+    counts = lean[keys][flags].groupby(keys, sort=True, observed=True).size()
+    return {(k if isinstance(k, tuple) else (k,)): int(n) for k, n in counts.items() if n}
 
 
 def _memory(

@@ -15,7 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from levelfield.records import TrialRecord
+from levelfield.analysis import table_cache
+from levelfield.records import KILLED_CAUSE_UNKNOWN, TrialRecord
 from levelfield.store import reading
 
 
@@ -26,11 +27,19 @@ class RunData:
 
 
 def load_run(run_dir: Path) -> RunData:
-    with reading(Path(run_dir)) as store:
+    """The run's metadata and tidy table. The table is kept in RUN/table-cache.npz for the
+    store's current content (table_cache.py): a leaderboard's 24,000 records take seconds to
+    validate, the cached table a tenth of one."""
+    run_dir = Path(run_dir)
+    with reading(run_dir) as store:
         info = store.meta()
-        records = list(store.records())
-    info.setdefault("run_dir", str(Path(run_dir).resolve()))
-    return RunData(info, trials_frame(records))
+        version = store.version()
+        frame = table_cache.read(run_dir, version)
+        if frame is None:
+            frame = trials_frame(list(store.records()))
+            table_cache.write(run_dir, version, frame)
+    info.setdefault("run_dir", str(run_dir.resolve()))
+    return RunData(info, frame)
 
 
 def trials_frame(records: list[TrialRecord]) -> pd.DataFrame:
@@ -90,6 +99,7 @@ COLUMNS = (
     "memory_failcnt",
     "pids_max_hits",
     "storage_full",
+    "killed_cause_unknown",
     "cpu_throttled_s",
     "cpu_throttled_periods",
     "cpu_usage_s",
@@ -103,6 +113,7 @@ COLUMNS = (
     "host_free_memory_bytes",
     "host_id",
     "node",
+    "sandbox_provider",
     "error",
     "api_calls",
     "api_latency_s",
@@ -118,7 +129,9 @@ COLUMNS = (
 
 def _row(r: TrialRecord) -> dict[str, Any]:
     e, h, limits = r.evidence, r.telemetry.host, r.limits
-    ceiling = limits.get("memory_ceiling_multiple", math.inf)
+    # None is a ceiling of "none" (uncapped); no key at all is a run that did not know its
+    # ceiling (an import), which the reports show as "unknown"
+    ceiling = limits.get("memory_ceiling_multiple", math.nan)
     calls = r.api_calls
     latencies = [c.latency_s for c in calls if c.outcome == "ok"]
     return {
@@ -147,6 +160,7 @@ def _row(r: TrialRecord) -> dict[str, Any]:
         "memory_failcnt": e.memory_failcnt,
         "pids_max_hits": e.pids_max_hits,
         "storage_full": e.storage_full,
+        "killed_cause_unknown": any(n.startswith(KILLED_CAUSE_UNKNOWN) for n in e.notes),
         "cpu_throttled_s": e.cpu_throttled_s,
         "cpu_throttled_periods": e.cpu_throttled_periods,
         "cpu_usage_s": e.cpu_usage_s,
@@ -160,6 +174,8 @@ def _row(r: TrialRecord) -> dict[str, Any]:
         "host_free_memory_bytes": h.free_memory_bytes,
         "host_id": h.host_id,
         "node": h.node or h.host_id,
+        # Where an imported trial ran (Harbor's docker, daytona, modal...); our own: the backend.
+        "sandbox_provider": r.harbor.sandbox_provider if r.harbor else r.backend,
         "error": r.error,
         "api_calls": len(calls),
         "api_latency_s": sum(latencies) / len(latencies) if latencies else None,

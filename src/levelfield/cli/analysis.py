@@ -1,5 +1,5 @@
-"""The analysis commands: `results`, `report`, `compare` and `power`. Each parses, makes one
-library call and renders.
+"""The analysis commands: `results`, `report`, `compare`, `power` and `leaderboard`. Each parses,
+makes one library call and renders.
 
 Kept importable without the statistics stack: everything heavy is imported inside the command that
 needs it, so `levelfield run` never pays for pandas or statsmodels at start.
@@ -56,15 +56,16 @@ def report(
 ) -> None:
     """Scores with CIs, paired comparisons, calibration across ceilings, sensitive tasks."""
     from levelfield.analysis.summary import summarize
-    from levelfield.report import render_card, render_html, render_json, show_summary
+    from levelfield.report import render_card, render_json, show_summary
 
     margin_value = parse_points(margin)
     data = load_run_dir(run_dir)
     with bad_input():
         summary = summarize(data.trials, info=data.info, seed=seed, margin=margin_value)
     if html is not None:
-        html.write_text(render_html(summary), encoding="utf-8")
-        Console(stderr=True).print(f"wrote {html}")
+        from levelfield.report.html import render_html  # matplotlib: only for the page
+
+        _write_page(html, render_html(summary))
     if json_out:
         typer.echo(render_json(summary))
     elif card:
@@ -79,7 +80,6 @@ def compare(
     run_b: Annotated[Path | None, typer.Argument(help="A second run to compare with.")] = None,
     by: Annotated[str | None, typer.Option(help="policy, agent (or run, window).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-    seed: Seed = 0,
 ) -> None:
     """Paired comparison by task: one run's policies or agents, or run A against run B."""
     from levelfield.analysis.paired import compare as compare_trials
@@ -90,7 +90,7 @@ def compare(
         raise typer.BadParameter(f"cannot compare by {by!r} here", param_hint="--by")
     trials, order = _stack([load_run_dir(run_a)] + ([load_run_dir(run_b)] if run_b else []))
     with bad_input():
-        result = compare_trials(trials, by=by, seed=seed, order=order if by == "run" else None)
+        result = compare_trials(trials, by=by, order=order if by == "run" else None)
     if not result.pairs:
         Console(stderr=True).print(f"[yellow]nothing to compare: one {by} only[/yellow]")
         raise typer.Exit(2)
@@ -134,9 +134,47 @@ def power(
     show_power(result, wide_console())
 
 
+def leaderboard(
+    run_dir: RunDir,
+    json_out: Annotated[bool, typer.Option("--json", help="Print every figure as JSON.")] = False,
+    html: Annotated[
+        Path | None, typer.Option(help="Write one self-contained HTML page with a forest plot.")
+    ] = None,
+    markdown: Annotated[
+        bool, typer.Option(help="Print the table and findings as Markdown.")
+    ] = False,
+    seed: Seed = 0,
+) -> None:
+    """Is #1 really #1? Ranks every configuration (an imported submission) with its
+    task-clustered CI, the paired gap to the next and to #1 (Holm), simultaneous confidence
+    sets for the ranks, tiers, and the smallest gap the design can detect."""
+    from levelfield.analysis.leaderboard import leaderboard as rank_entries
+    from levelfield.report.leaderboard import render_json, render_markdown, show_leaderboard
+
+    data = load_run_dir(run_dir)
+    with bad_input():
+        board = rank_entries(data.trials, info=data.info, seed=seed)
+    if html is not None:
+        from levelfield.report.leaderboard_html import render_leaderboard_html
+
+        _write_page(html, render_leaderboard_html(board))
+    if json_out:
+        typer.echo(render_json(board))
+    elif markdown:
+        typer.echo(render_markdown(board))
+    elif html is None:
+        show_leaderboard(board, wide_console())
+
+
+def _write_page(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+    Console(stderr=True).print(f"wrote {path}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add `results`, `report`, `compare` and `power`."""
+    """Add `results`, `report`, `compare`, `power` and `leaderboard`."""
     app.command("results")(results)
     app.command("report")(report)
     app.command("compare")(compare)
     app.command("power")(power)
+    app.command("leaderboard")(leaderboard)

@@ -3,28 +3,75 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from levelfield.cli._console import console, err
 
+if TYPE_CHECKING:
+    from levelfield.harbor.importing import ImportResult
+
 
 def harbor(
-    job_dir: Annotated[
-        Path, typer.Argument(help="A Harbor job directory (result.json per trial).")
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Harbor folders: a job (one result.json per trial), a submission (a folder of "
+            "jobs) or a leaderboard (a folder of submissions). Several may be given."
+        ),
     ],
     out: Annotated[Path, typer.Option(help="Run directory to create or add to.")],
+    label: Annotated[
+        str | None,
+        typer.Option(
+            help="Name the trials of a single job or submission PATH by this label (a "
+            "submission is otherwise named by its folder, a job by Harbor's agent and model)."
+        ),
+    ] = None,
 ) -> None:
-    """Import a Harbor job's trials as a run, mapping Harbor's exception types to reasons."""
-    from levelfield.harbor.importing import import_harbor_job
+    """Import Harbor trials as a run: each submission becomes a configuration (its `agent`),
+    with reasons from Harbor's exceptions and rewards, and flags on what looks wrong."""
+    from levelfield.harbor.importing import import_harbor
 
-    result = import_harbor_job(job_dir, out)
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err
+    ) as progress:
+        bar = progress.add_task("reading trial folders", total=None)
+        result = import_harbor(
+            paths,
+            out,
+            label=label,
+            on_progress=lambda n: progress.update(bar, description=f"read {n} trial folders"),
+        )
+        if result.imported:
+            progress.update(bar, description="preparing the analysis table")
+            _prepare_table(out)
+    _show(result)
+
+
+def _prepare_table(out: Path) -> None:
+    """Build the run's tidy table now (analysis/table_cache.py), while the import has the
+    user's attention: every `report`, `compare` and `leaderboard` after it then starts from
+    the cached table instead of validating tens of thousands of records."""
+    from levelfield.analysis.table import load_run
+
+    load_run(out)
+
+
+def _show(result: ImportResult) -> None:
     for problem in result.skipped:
         err.print(f"[yellow]skipped[/] {problem}")
+    for submission, flags in sorted(result.flags.items()):
+        for flag in flags:
+            console.print(f"[yellow]flag[/] {submission}: {flag.kind}: {flag.detail}")
+    n = len(result.submissions)
     console.print(
-        f"imported {result.imported} trials ({result.already_stored} already there) "
-        f"into {result.run_dir}; see `levelfield report {result.run_dir}`"
+        f"imported {result.imported} trials of {n} submission{'s' * (n != 1)} "
+        f"({result.already_stored} already there, {len(result.skipped)} files skipped, "
+        f"{sum(map(len, result.flags.values()))} flags) into {result.run_dir}; "
+        f"see `levelfield report {result.run_dir}`"
     )
 
 

@@ -103,8 +103,9 @@ def run(
     api_key_env: Annotated[
         str | None,
         typer.Option(
-            help="Environment variable with the API key (default per agent: ANTHROPIC_API_KEY or "
-            "OPENAI_API_KEY). Keys reach only the agent; masked in everything the run writes."
+            help="Environment variable with the API key (default per agent: ANTHROPIC_API_KEY, "
+            "OPENAI_API_KEY or GEMINI_API_KEY). The key stays in the harness: the agent gets the "
+            "proxy's URL and a dummy token. Masked in everything the run writes."
         ),
     ] = None,
     api_key_file: Annotated[Path | None, typer.Option(help="File with the API key.")] = None,

@@ -17,15 +17,19 @@ def scripted_model(
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1; 0 picks a free one.")] = 8765,
     fail: Annotated[
         list[str] | None,
-        typer.Option(help="STATUS@N answers call N with STATUS; STATUS@N+ every call from N."),
+        typer.Option(
+            help="STATUS@N answers call N with STATUS; STATUS@N+ every call from N. STATUS may "
+            "also be hang (no answer), reset (the connection reset mid-answer) or stream-error "
+            "(the protocol's error event inside a 200 stream)."
+        ),
     ] = None,
     require_key: Annotated[
         str | None, typer.Option(help="Answer 401 unless a request carries this key.")
     ] = None,
     retry_after_s: Annotated[float, typer.Option(help="Retry-After sent with a 429.")] = 0.0,
 ) -> None:
-    """Serve the Anthropic Messages and OpenAI Chat Completions and Responses APIs on loopback,
-    streaming included, until Ctrl-C. Point an agent's --base-url at it."""
+    """Serve the Anthropic Messages, OpenAI Chat Completions and Responses, and Google Gemini
+    APIs on loopback, streaming included, until Ctrl-C. Point an agent's --base-url at it."""
     from levelfield.model_api.scripted_model import Failure, ScriptedModel, serve
 
     try:
@@ -39,7 +43,7 @@ def scripted_model(
     console = Console()
     url = f"http://127.0.0.1:{server.port}"
     console.print(f"scripted model for {len(model.by_instruction)} task(s) on {url}")
-    console.print(f"  Anthropic: --base-url {url}    OpenAI: --base-url {url}/v1")
+    console.print(f"  Anthropic and Gemini: --base-url {url}    OpenAI: --base-url {url}/v1")
     try:
         while True:
             time.sleep(1)

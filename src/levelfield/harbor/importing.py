@@ -1,45 +1,60 @@
-"""A Harbor job directory → a levelfield run, so its trials can be analysed here.
+"""Harbor jobs, submissions and leaderboards → one levelfield run (`import_harbor`).
 
-Harbor writes one `result.json` per trial (`TrialResult`: task_name, trial_name, agent_info,
-verifier_result.rewards, exception_info, started_at, finished_at). Harbor records no kernel
-evidence, so the reason comes from its exception type alone; every imported record says so in
-its evidence notes, and the policy is "harbor" (whatever the job's environment enforced).
-Importing again is idempotent: each trial's key derives from its Harbor trial name.
+Every trial becomes a record whose `agent` is its submission's label, so that each analysis
+(summary, paired comparison, power) treats submissions as configurations; the policy is
+`imported`, since nobody knows what limits the submitter's sandboxes enforced (the reports say
+"unknown", never "none"). The reason comes from Harbor's exception and the graded reward
+(`reasons.py`), and what Harbor wrote is kept in the record's `harbor` facts. Task names are
+normalised so that `terminal-bench/x` pairs with `x`.
+
+Importing again is idempotent: a trial's key derives from its label and its job and trial folder
+names. The whole import is committed in one transaction: it reads files that stay where they are,
+so an interrupted import loses nothing and is simply run again.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections import defaultdict
-from dataclasses import dataclass
+import contextlib
+import dataclasses
+import gc
+import os
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from levelfield.errors import InputError
-from levelfield.outcome import outcome_of, reason_for_reward
-from levelfield.plan import trial_key
-from levelfield.records import Evidence, HostContext, PhaseResult, Reason, Telemetry, TrialRecord
-from levelfield.store import Store
-from levelfield.verifier import parse_reward_json
+from pydantic import ValidationError
+from pydantic_core import to_json
 
-HARBOR_POLICY = "harbor"
-# Harbor's exception class names (harbor/trial, harbor/verifier, harbor/environments) → reasons.
-REASON_OF_HARBOR_EXCEPTION = {
-    "AgentTimeoutError": Reason.AGENT_TIMEOUT,
-    "VerifierTimeoutError": Reason.VERIFIER_TIMEOUT,
-    "RewardFileNotFoundError": Reason.VERIFIER_ERROR,
-    "RewardFileEmptyError": Reason.VERIFIER_ERROR,
-    "VerifierOutputParseError": Reason.VERIFIER_ERROR,
-    "AddTestsDirError": Reason.SANDBOX_ERROR,
-    "DownloadVerifierDirError": Reason.SANDBOX_ERROR,
-    "EnvironmentStartTimeoutError": Reason.SANDBOX_ERROR,
-    "AgentSetupTimeoutError": Reason.AGENT_SETUP_FAILED,  # the agent was never installed
-}
-# Provider SDK errors that survived Harbor's retries: the API failed, not the agent.
-_API_ERROR = re.compile(r"RateLimit|APIError|APIConnection|APIStatus|Overloaded|ServiceUnavailable")
-_OOM_TEXT = re.compile(r"OOMKilled|out of memory|exit code 137", re.IGNORECASE)
+from levelfield.errors import InputError
+from levelfield.harbor import layout
+from levelfield.harbor.beside import read_beside, with_beside
+from levelfield.harbor.flags import Flag, flag_submissions
+from levelfield.harbor.reasons import judge
+from levelfield.harbor.trial_file import (
+    RESULT_NAME,
+    HarborTrial,
+    NotATrial,
+    read_trial,
+    seconds_between,
+)
+from levelfield.plan import trial_key
+from levelfield.records import HarborFacts, Reason, TrialRecord
+from levelfield.store import Row, Store, row_of
+
+IMPORTED_POLICY = "imported"
+DEFAULT_WINDOW = TrialRecord.model_fields["window"].default
+ENFORCEMENT = "unknown: imported from Harbor, whose sandboxes' limits were not recorded"
+
+
+@dataclass(frozen=True, slots=True)
+class Labelled:
+    trial: HarborTrial
+    label: str
+    within: str  # job/trial below the submission folder: the trial's identity in it
+    job: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,145 +63,265 @@ class ImportResult:
     imported: int
     already_stored: int
     skipped: tuple[str, ...]
+    submissions: dict[str, int] = field(default_factory=dict)  # label → trials found
+    flags: dict[str, list[Flag]] = field(default_factory=dict)
+
+
+def import_harbor(
+    paths: Sequence[Path],
+    out: Path,
+    *,
+    label: str | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Every trial under `paths` into the run at `out`. `on_progress` gets the number of trial
+    folders read so far, every few hundred."""
+    layout.check_label(list(paths), label)
+    skipped: list[str] = []
+    with _without_cycle_collection():
+        found = [t for p in paths for t in _read_path(Path(p), label, skipped, on_progress)]
+        if not found:
+            raise InputError(f"{', '.join(map(str, paths))}: no Harbor trial result.json found")
+        by_label: dict[str, list[HarborTrial]] = defaultdict(list)
+        for item in found:
+            by_label[item.label].append(item.trial)
+        flags = flag_submissions(by_label)
+        with Store.open_for_writing(out) as store:
+            meta = store.meta()
+            run_id = meta.get("run_id") or _run_id(paths, by_label)
+            stored = store.stored_keys()
+            tally: Counter[str] = Counter()
+            store.commit_rows(_new_rows(found, run_id, stored, skipped, tally))
+            store.set_meta(_meta(meta, run_id, paths, set(by_label), flags))
+    counts = {k: len(v) for k, v in by_label.items()}
+    return ImportResult(out, tally["new"], tally["already"], tuple(skipped), counts, flags)
+
+
+@contextlib.contextmanager
+def _without_cycle_collection() -> Iterator[None]:
+    """An import holds every trial it read until it commits: hundreds of thousands of dicts
+    that form no cycle. Python's cycle collector would walk them all again at each full
+    collection (on the shared leaderboard that cost 5-10x the validation's own time); plain
+    reference counting frees all of it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def import_harbor_job(job_dir: Path, out: Path) -> ImportResult:
-    results = _trial_results(job_dir)
-    if not results:
-        raise InputError(f"{job_dir}: no Harbor trial result.json found")
-    skipped: list[str] = []
-    records: list[TrialRecord] = []
-    for path, data in _with_repeats(results):
+    """One Harbor job folder (the import's first form; kept for the library's callers)."""
+    return import_harbor([job_dir], out)
+
+
+def _read_path(
+    root: Path,
+    label: str | None,
+    skipped: list[str],
+    on_progress: Callable[[int], None] | None,
+) -> list[Labelled]:
+    if not root.is_dir():
+        raise InputError(f"{root}: {'not a directory' if root.exists() else 'no such directory'}")
+    read_so_far = 0
+
+    def read(trial_dir: str) -> HarborTrial | None:
+        nonlocal read_so_far
+        read_so_far += 1
+        if on_progress is not None and read_so_far % 500 == 0:
+            on_progress(read_so_far)
         try:
-            records.append(_record(data))
-        except (KeyError, TypeError, ValueError) as exc:
-            skipped.append(f"{path}: {exc}")
-    with Store.open_for_writing(out) as store:
-        meta = store.meta()
-        run_id = meta.get("run_id") or f"harbor-{Path(job_dir).resolve().name}"
-        store.set_meta(
-            {
-                "run_id": run_id,
-                "backend": "harbor",
-                "source": str(job_dir.resolve()),
-                "enforcement": "unknown: imported from Harbor, no kernel evidence",
-                "policies": {HARBOR_POLICY: {}},
-            }
-        )
-        stored = store.stored_keys()
-        new = [
-            r.model_copy(update={"run_id": run_id}) for r in records if r.trial_key not in stored
-        ]
-        for record in new:
-            store.commit(record)
-    return ImportResult(out, len(new), len(records) - len(new), tuple(skipped))
+            trial = read_trial(trial_dir)
+            return dataclasses.replace(trial, beside=read_beside(trial_dir, trial))
+        except NotATrial:
+            return None
+        except (OSError, ValueError) as exc:
+            skipped.append(f"{os.path.join(trial_dir, RESULT_NAME)}: {exc}")
+            return None
+
+    found = list(layout.walk_trials(root, read))
+    if not found:
+        return []
+    shape = layout.shape_of(found)
+    layout.check_label_fits(shape, root, label)
+    place_of = layout.placer(root, shape, label)
+    labelled = []
+    for f in found:
+        place = place_of(f.parts)
+        name = place.submission or _harbor_agent(f.trial)
+        labelled.append(Labelled(f.trial, name, place.within, place.job))
+    return labelled
 
 
-def _trial_results(job_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
-    found = []
-    for path in sorted(Path(job_dir).rglob("result.json")):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if isinstance(data, dict) and "task_name" in data and "trial_name" in data:
-            found.append((path, data))
-    return found
-
-
-def _with_repeats(results: list[tuple[Path, dict[str, Any]]]) -> list[tuple[Path, dict[str, Any]]]:
-    """Repeats numbered per (task, agent) in start order, as Harbor's n_attempts would be."""
-    groups: dict[tuple[str, str], list[tuple[Path, dict[str, Any]]]] = defaultdict(list)
-    for path, data in results:
-        groups[(data["task_name"], _agent(data))].append((path, data))
-    out = []
-    for members in groups.values():
-        members.sort(key=lambda m: (m[1].get("started_at") or "", m[1]["trial_name"]))
-        out += [(path, {**data, "_repeat": i}) for i, (path, data) in enumerate(members, 1)]
-    return out
-
-
-def _agent(data: dict[str, Any]) -> str:
-    info = data.get("agent_info") or {}
-    name = info.get("name") or "unknown"
-    model = (info.get("model_info") or {}).get("name")
+def _harbor_agent(trial: HarborTrial) -> str:
+    """A job without a submission folder is named by its agent, as Harbor's own reports do."""
+    name, model = trial.facts["agent_name"] or "unknown", trial.facts["model"]
     return f"{name}:{model}" if model else name
 
 
-def reason_for_harbor(data: dict[str, Any]) -> Reason:
-    exc = data.get("exception_info")
-    if exc:
-        kind, message = exc.get("exception_type", ""), exc.get("exception_message", "")
-        if kind in REASON_OF_HARBOR_EXCEPTION:
-            return REASON_OF_HARBOR_EXCEPTION[kind]
-        if _API_ERROR.search(kind):
-            return Reason.API_ERROR
-        if _OOM_TEXT.search(message):
-            return Reason.OOM_KILLED
-        return Reason.HARNESS_ERROR
-    return reason_for_reward(harbor_reward(data))
+def _new_rows(
+    found: list[Labelled],
+    run_id: str,
+    stored: set[str],
+    skipped: list[str],
+    tally: Counter[str],
+) -> Iterator[Row]:
+    """Store rows of the trials not stored yet, one at a time (the store writes each as it
+    comes); `tally` counts the new and the already stored. Repeats are numbered per
+    (submission, task, policy) in start order, as Harbor's attempts were.
+
+    What came from the file (`harbor`) is validated as HarborFacts; a trial whose facts do not
+    validate is skipped with its problem, the others are kept. The rest of each record is built
+    here from values of known types, so it is written as JSON without building a TrialRecord:
+    that would cost as much again as parsing the file. tests/integration/test_leaderboard_import.py
+    reads every record of the shared leaderboard back through the store. A trial with something
+    beside its result.json (a levelfield record, a kill in its agent log) is rare and carries
+    fields from elsewhere: it is validated whole."""
+    groups: dict[tuple[str, str, str], list[Labelled]] = defaultdict(list)
+    for item in found:
+        groups[(item.label, item.trial.task, _policy(item.trial))].append(item)
+    for members in groups.values():
+        members.sort(key=lambda m: (_sortable(m.trial.started_at), m.within))
+        for repeat, item in enumerate(members, 1):
+            key = trial_key(item.trial.task, item.label, IMPORTED_POLICY, 0, item.within)
+            if key in stored:
+                tally["already"] += 1
+                continue
+            facts = {**item.trial.facts, "submission": item.label, "job": item.job}
+            try:
+                HarborFacts.model_validate(facts)
+                plain = _fields(item, facts, key, run_id, repeat)
+                fields = _with_beside(item.trial, plain)
+                row = _row(plain) if fields is plain else _validated_row(fields)
+            except ValidationError as exc:
+                skipped.append(f"{item.label}/{item.within}: {exc}")
+                continue
+            tally["new"] += 1
+            yield row
 
 
-def harbor_reward(data: dict[str, Any]) -> float | None:
-    rewards = (data.get("verifier_result") or {}).get("rewards")
-    return parse_reward_json(json.dumps(rewards)) if rewards is not None else None
+def _validated_row(fields: dict[str, Any]) -> Row:
+    return row_of(TrialRecord.model_validate(fields))
 
 
-def _record(data: dict[str, Any]) -> TrialRecord:
-    reason = reason_for_harbor(data)
-    started = _time(data.get("started_at"))
-    finished = _time(data.get("finished_at")) or started
-    exc = data.get("exception_info") or {}
-    return TrialRecord(
-        trial_key=trial_key(
-            data["task_name"], _agent(data), HARBOR_POLICY, data["_repeat"], data["trial_name"]
-        ),
-        run_id="",
-        task=data["task_name"],
-        agent=_agent(data),
-        policy=HARBOR_POLICY,
-        repeat=data["_repeat"],
-        backend="harbor",
-        outcome=outcome_of(reason),
-        reason=reason,
-        reward=harbor_reward(data),
-        error=f"{exc['exception_type']}: {exc.get('exception_message', '')}"[:2000]
-        if exc
-        else None,
-        limits={"memory_ceiling_multiple": None},
-        agent_phase=PhaseResult(
-            timed_out=reason is Reason.AGENT_TIMEOUT, duration_s=_span(data.get("agent_execution"))
-        ),
-        verifier_phase=PhaseResult(
-            timed_out=reason is Reason.VERIFIER_TIMEOUT, duration_s=_span(data.get("verifier"))
-        ),
-        evidence=Evidence(
-            notes=("imported from Harbor: reason from its exception type, no kernel evidence",)
-        ),
-        telemetry=Telemetry(
-            host=HostContext(
-                host_id="harbor",
-                started_at=(started or datetime.now(UTC)).isoformat(),
-                local_hour=(started.hour if started else 0),
-                load1=None,
-                free_memory_bytes=0,
-                trials_in_flight=0,
-            )
-        ),
-        started_at=(started or datetime.now(UTC)).isoformat(),
-        finished_at=(finished or datetime.now(UTC)).isoformat(),
-        duration_s=(finished - started).total_seconds() if started and finished else 0.0,
+def _row(fields: dict[str, Any]) -> Row:
+    return Row(
+        fields["trial_key"],
+        1,
+        fields["task"],
+        fields["agent"],
+        fields["policy"],
+        fields["repeat"],
+        DEFAULT_WINDOW,
+        fields["outcome"].value,
+        fields["reason"].value,
+        fields["started_at"],
+        fields["finished_at"],
+        to_json(fields).decode(),
     )
 
 
-def _time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+def _policy(trial: HarborTrial) -> str:
+    """The levelfield policy a trial ran under on levelfield's environment, else `imported`."""
+    record = trial.beside.record if trial.beside is not None else None
+    return record.policy if record is not None else IMPORTED_POLICY
 
 
-def _span(timing: dict[str, Any] | None) -> float:
-    if not timing:
-        return 0.0
-    start, end = _time(timing.get("started_at")), _time(timing.get("finished_at"))
-    return (end - start).total_seconds() if start and end else 0.0
+def _sortable(when: datetime | None) -> str:
+    return when.isoformat() if when else ""
+
+
+def _with_beside(trial: HarborTrial, fields: dict[str, Any]) -> dict[str, Any]:
+    """The same dict when nothing beside result.json changes the record."""
+    if trial.beside is None:
+        return fields
+    return with_beside(fields, trial.beside, trial.facts["exception_type"], trial.reward)
+
+
+def _fields(
+    item: Labelled, facts: dict[str, Any], key: str, run_id: str, repeat: int
+) -> dict[str, Any]:
+    """The fields of a TrialRecord that differ from its defaults; `facts` are the trial file's,
+    with its submission and job."""
+    trial = item.trial
+    verdict = judge(facts["exception_type"], facts["exception_message"], trial.reward)
+    started = trial.started_at or trial.finished_at or datetime.now(UTC)
+    finished = trial.finished_at or started
+    started_at = started.isoformat()
+    phase_s = facts["phase_s"]
+    return {
+        "trial_key": key,
+        "run_id": run_id,
+        "task": trial.task,
+        "agent": item.label,
+        "policy": IMPORTED_POLICY,
+        "repeat": repeat,
+        "backend": "harbor",
+        "outcome": verdict.outcome,
+        "reason": verdict.reason,
+        "reward": trial.reward,
+        "error": f"{facts['exception_type']}: {facts['exception_message'] or ''}"
+        if facts["exception_type"]
+        else None,
+        "limits": {},  # unknown: the analysis reads a missing ceiling as "unknown", not "none"
+        "agent_phase": {
+            "timed_out": facts["exception_type"] == "AgentTimeoutError",
+            "duration_s": phase_s.get("agent_execution", 0.0),
+        },
+        "verifier_phase": {
+            "timed_out": verdict.reason is Reason.VERIFIER_TIMEOUT,
+            "duration_s": phase_s.get("verifier", 0.0),
+        },
+        "evidence": {"notes": verdict.notes},
+        "telemetry": {"host": _host(started, started_at)},
+        "harbor": facts,
+        "started_at": started_at,
+        "finished_at": finished.isoformat(),
+        "duration_s": seconds_between(started, finished) or 0.0,
+    }
+
+
+def _host(started: datetime, started_at: str) -> dict[str, Any]:
+    return {
+        "host_id": "harbor",
+        "started_at": started_at,
+        "local_hour": started.hour,
+        "load1": None,
+        "free_memory_bytes": 0,
+        "trials_in_flight": 0,
+    }
+
+
+def _run_id(paths: Sequence[Path], by_label: dict[str, list[HarborTrial]]) -> str:
+    """One submission: its label, so that `compare A B` names both sides; else the folder."""
+    if len(by_label) == 1:
+        return next(iter(by_label))
+    return f"harbor-{Path(paths[0]).resolve().name}"
+
+
+def _meta(
+    meta: dict[str, Any],
+    run_id: str,
+    paths: Sequence[Path],
+    labels: set[str],
+    flags: dict[str, list[Flag]],
+) -> dict[str, Any]:
+    """The flags of the submissions imported now replace theirs; others' stay."""
+    new_sources = [str(Path(p).resolve()) for p in paths]
+    sources = list(dict.fromkeys([*meta.get("sources", []), *new_sources]))
+    return {
+        "run_id": run_id,
+        "backend": "harbor",
+        "source": sources[0],
+        "sources": sources,
+        "enforcement": ENFORCEMENT,
+        "concurrency": "unknown: Harbor's trial results do not record it",
+        "images": "unknown: Harbor's task images are not in its trial results",
+        "policies": {IMPORTED_POLICY: {}},
+        "import_flags": {
+            **{k: v for k, v in meta.get("import_flags", {}).items() if k not in labels},
+            **{k: [f.to_json() for f in v] for k, v in flags.items()},
+        },
+    }

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from levelfield.analysis.summary import ConfigSummary, RunSummary
 from levelfield.report import _format as f
 
+MAX_SERIES = 12  # lines on one axis, each with its own colour and legend entry, still readable
 HEATMAP_ROWS = 30  # beyond ~30 rows the task names stop being readable at page width
 _RC = {"svg.hashsalt": "levelfield", "svg.fonttype": "path", "font.size": 9}
 # Reason colours: greens for passes, greys for the agent's failures, warm for infrastructure.
@@ -30,6 +31,7 @@ _REASON_COLOURS = {
     "failed": "#9e9e9e",
     "agent_timeout": "#bdbdbd",
     "agent_error": "#757575",
+    "grader_broken": "#616161",
     "verifier_timeout": "#e0e0e0",
     "oom_killed": "#c62828",
     "pids_exhausted": "#ad1457",
@@ -44,7 +46,7 @@ _REASON_COLOURS = {
 
 
 @contextmanager
-def _svg(fig_id: str, out: list[str]) -> Iterator[Figure]:
+def svg(fig_id: str, out: list[str]) -> Iterator[Figure]:
     with mpl.rc_context(_RC):
         fig = Figure(layout="constrained")
         yield fig
@@ -68,12 +70,15 @@ def _policy_axis(summary: RunSummary) -> tuple[list[str], list[str]]:
     return policies, [f"{p}\n{f.ceiling(ceilings[p])}" for p in policies]
 
 
-def ceiling_figure(summary: RunSummary) -> str:
+def ceiling_figure(summary: RunSummary) -> str | None:
     """Score (solid), clean score (dashed) and infra error rate against the ceiling, with the
-    clustered CI as a band, one line per agent (and window/run)."""
+    clustered CI as a band, one line per agent (and window/run). None past MAX_SERIES lines
+    (a leaderboard's 55 submissions): the leaderboard's forest plot shows those."""
+    if len(_series(summary)) > MAX_SERIES:
+        return None
     policies, ticks = _policy_axis(summary)
     out: list[str] = []
-    with _svg("fig-ceiling", out) as fig:
+    with svg("fig-ceiling", out) as fig:
         fig.set_size_inches(9, 3.6)
         left, right = fig.subplots(1, 2)
         for i, (name, configs) in enumerate(_series(summary).items()):
@@ -118,7 +123,7 @@ def heatmap_figure(summary: RunSummary) -> str | None:
     policies, ticks = _policy_axis(summary)
     matrix = np.array([[r.scores.get(p, math.nan) for p in policies] for r in rows])
     out: list[str] = []
-    with _svg("fig-sensitivity", out) as fig:
+    with svg("fig-sensitivity", out) as fig:
         fig.set_size_inches(min(9, 3.5 + 1.1 * len(policies)), max(2.4, 1.2 + 0.24 * len(rows)))
         ax = fig.subplots()
         image = ax.imshow(100 * matrix, cmap="RdYlGn", vmin=0, vmax=100, aspect="auto")
@@ -146,7 +151,7 @@ def reasons_figure(summary: RunSummary) -> str:
     """Share of trials by outcome reason for each configuration (stacked bars)."""
     reasons = sorted({r for c in summary.configs for r in c.reasons}, key=_reason_rank)
     out: list[str] = []
-    with _svg("fig-reasons", out) as fig:
+    with svg("fig-reasons", out) as fig:
         fig.set_size_inches(9, 1.4 + 0.32 * len(summary.configs))
         ax = fig.subplots()
         labels = [f.label(c) for c in summary.configs]
@@ -176,7 +181,7 @@ def memory_figure(summary: RunSummary) -> str | None:
     if not configs:
         return None
     out: list[str] = []
-    with _svg("fig-memory", out) as fig:
+    with svg("fig-memory", out) as fig:
         fig.set_size_inches(9, 3.4)
         ax = fig.subplots()
         stats = [_box(c) for c in configs]

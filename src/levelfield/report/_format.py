@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from levelfield.analysis._tidy import DEFAULT_WINDOW
-from levelfield.analysis.calibration import Calibration
-from levelfield.analysis.decomposition import Decomposition
-from levelfield.analysis.paired import PairedComparison
-from levelfield.analysis.summary import ConfigSummary, Metric
+
+if TYPE_CHECKING:  # annotations only: the leaderboard's report need not import the run's
+    from levelfield.analysis.calibration import Calibration
+    from levelfield.analysis.decomposition import Decomposition
+    from levelfield.analysis.estimators import Estimate
+    from levelfield.analysis.paired import PairedComparison
+    from levelfield.analysis.summary import ConfigSummary, Metric
 
 MINUS = "−"  # U+2212: a sign, not a hyphen, lines up in tables
 
@@ -35,7 +38,11 @@ def interval(ci: tuple[float, float], signed: bool = False) -> str:
 
 def metric(m: Metric) -> str:
     """Mean with its analytic task-clustered CI: "52.3 [48.1, 56.5]"."""
-    return f"{pts(m.estimate.mean)} {interval(m.estimate.ci)}"
+    return estimate(m.estimate)
+
+
+def estimate(e: Estimate) -> str:
+    return f"{pts(e.mean)} {interval(e.ci)}"
 
 
 def p_value(p: float) -> str:

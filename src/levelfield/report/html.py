@@ -13,7 +13,7 @@ from levelfield.report import _figures, timing
 from levelfield.report import _format as f
 from levelfield.report.markdown import render_card
 
-_CSS = """
+CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:
 1100px;padding:0 1rem;color:#212121}h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem;
 border-bottom:1px solid #ddd}table{border-collapse:collapse;margin:.5rem 0;font-size:13px}
@@ -39,6 +39,8 @@ def render_html(summary: RunSummary) -> str:
             _figure(
                 _figures.ceiling_figure(summary),
                 "Bands and bars: task-clustered CI. Dashed: clean score (infra errors left out).",
+                missing=f"{len(summary.configs)} configurations: a line each would not be "
+                "readable; `levelfield leaderboard RUN --html` draws them as a forest plot.",
             ),
         ),
         _section("decomposition", "Noise removal vs capability unlock", _decomposition(summary)),
@@ -66,11 +68,16 @@ def render_html(summary: RunSummary) -> str:
         ),
         _section("hidden", "Hidden variables", _hidden(summary)),
         _section("time", "By hour of day and by window", _time(summary)),
-        _section("card", "Disclosure card", _markdown(render_card(summary))),
+        _section("card", "Disclosure card", markdown_html(render_card(summary))),
     ]
+    return page(f"levelfield run {run}", parts)
+
+
+def page(title: str, parts: Iterable[str]) -> str:
+    """A whole page around `parts`: inline style, nothing fetched when it is opened."""
     return (
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>levelfield run {_e(run)}</title><style>{_CSS}</style></head>\n<body>\n"
+        f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n"
         + "\n".join(parts)
         + "\n</body></html>\n"
     )
@@ -84,9 +91,9 @@ def _section(anchor: str, title: str, body: str) -> str:
     return f"<section id='{anchor}'><h2>{_e(title)}</h2>\n{body}\n</section>"
 
 
-def _figure(svg: str | None, caption: str) -> str:
+def _figure(svg: str | None, caption: str, missing: str = "Not recorded in this run.") -> str:
     if svg is None:
-        return "<p class='note'>Not recorded in this run.</p>"
+        return f"<p class='note'>{_e(missing)}</p>"
     return f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>"
 
 
@@ -248,7 +255,7 @@ def _time(summary: RunSummary) -> str:
     return "\n".join(out) or "<p class='note'>One window, no hour of day or host health.</p>"
 
 
-def _markdown(text: str) -> str:
+def markdown_html(text: str) -> str:
     """The disclosure card's Markdown subset (headings, pipe tables, paragraphs) as HTML."""
     out: list[str] = []
     table: list[list[str]] = []

@@ -34,7 +34,7 @@ def render_card(summary: RunSummary) -> str:
         f"| host | {_host(info, prov.hosts)} |",
         f"| concurrency | {_concurrency(info, prov.concurrency)} |",
         f"| time span (UTC) | {_span(info, prov.first_started_at, prov.last_started_at)} |",
-        f"| images | {', '.join(prov.images) or 'none (host userland)'} |",
+        f"| images | {_images(info, prov.images)} |",
         f"| trials per task | {_repeats(summary)} |",
         f"| statistics | {round(100 * summary.level)} % CI, task-clustered SE (Miller 2024); "
         f"bootstrap {summary.n_resamples}× seed {summary.seed} |",
@@ -118,6 +118,12 @@ def _span(info: Mapping[str, Any], first: str | None, last: str | None) -> str:
     start = first if start == "unknown" and first else start
     end = last if end == "unknown" and last else end
     return f"{start} – {end}"
+
+
+def _images(info: Mapping[str, Any], seen: tuple[str, ...]) -> str:
+    """Trials that name no image ran on the host's userland, unless the run says otherwise
+    (an import, whose harness's images are not in its trial results)."""
+    return ", ".join(seen) or str(info.get("images") or "none (host userland)")
 
 
 def _repeats(summary: RunSummary) -> str:

@@ -45,12 +45,19 @@ def results_table(records: Iterable[TrialRecord]) -> Table:
             r.reason.value,
             format_bytes(r.evidence.memory_peak_bytes),
             format_bytes(r.limits.get("memory_ceiling_bytes")),
-            f"{r.evidence.cpu_throttled_s:.2f}s/{r.evidence.cpu_throttled_periods}",
+            _throttled(r),
             _secs(phases.get("agent")),
             _secs(phases.get("verifier")),
             _secs(r.duration_s),
         )
     return table
+
+
+def _throttled(r: TrialRecord) -> str:
+    """An imported trial has no kernel counters: "-", not a zero nobody measured."""
+    if r.harbor is not None:
+        return "-"
+    return f"{r.evidence.cpu_throttled_s:.2f}s/{r.evidence.cpu_throttled_periods}"
 
 
 def _secs(value: float | None) -> str:

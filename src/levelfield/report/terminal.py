@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from levelfield.analysis.calibration import Calibration
@@ -14,10 +15,12 @@ from levelfield.analysis.hidden import HiddenVariables
 from levelfield.analysis.paired import Comparison
 from levelfield.analysis.power import PowerAnalysis
 from levelfield.analysis.summary import ConfigSummary, RunSummary
+from levelfield.records import KILLED_CAUSE_UNKNOWN
 from levelfield.report import _format as f
 from levelfield.report import timing
 
 TOP_TASKS = 10
+PAIRS_SHOWN = 45  # all pairs of 10 configurations; beyond that the report counts the rest
 
 
 def show_summary(summary: RunSummary, console: Console | None = None) -> None:
@@ -29,8 +32,16 @@ def show_summary(summary: RunSummary, console: Console | None = None) -> None:
     for drift in summary.provenance.image_drift:
         console.print(f"[bold yellow]image drift[/]: {drift}")
     console.print(scores_table(summary))
+    for c in summary.configs:
+        if c.killed_cause_unknown:
+            console.print(
+                f"[yellow]{f.label(c)}[/]: {c.killed_cause_unknown} of {c.n_trials} trials "
+                f"{KILLED_CAUSE_UNKNOWN} (the agent died by SIGKILL, with no exception or kernel "
+                "evidence to say why; an OOM kill would be infrastructure's, so they count as "
+                "their reward says)"
+            )
     for comparison in summary.comparisons:
-        show_comparison(comparison, console)
+        show_comparison(comparison, console, limit=PAIRS_SHOWN)
     for d in summary.decompositions:
         console.print(
             f"{d.before} → {d.after} ({f.within(d.within)}): Δscore {f.pts(d.delta_score, True)} "
@@ -83,8 +94,12 @@ def _score_row(c: ConfigSummary) -> list[str]:
     ]
 
 
-def show_comparison(comparison: Comparison, console: Console | None = None) -> None:
-    """One verdict line per pair, then any tasks left out of the pairing."""
+def show_comparison(
+    comparison: Comparison, console: Console | None = None, limit: int | None = None
+) -> None:
+    """One verdict line per pair, then any tasks left out of the pairing. With `limit`, the
+    first `limit` pairs and a count of the rest: a leaderboard of 55 configurations has 1,485
+    pairs, which no one reads on a terminal (JSON and HTML keep them all)."""
     console = console or Console()
     alpha = 1 - comparison.level
     family = len(comparison.pairs)
@@ -92,15 +107,25 @@ def show_comparison(comparison: Comparison, console: Console | None = None) -> N
         f"[bold]{comparison.metric} by {comparison.by}[/bold] (paired by task, "
         f"{round(100 * comparison.level)} % CI, Holm over {family} pair(s))"
     )
-    for pair in comparison.pairs:
+    shown = comparison.pairs if limit is None else comparison.pairs[:limit]
+    lines = []
+    for pair in shown:
         where = f.within(pair.within)
-        line = f.verdict(pair, alpha, family)
-        console.print(
-            f"  {line}  [dim]({where + '; ' if where else ''}"
+        line = escape(f.verdict(pair, alpha, family))
+        lines.append(
+            f"  {line}  [dim]({escape(where) + '; ' if where else ''}"
             f"{pair.estimate.n_tasks} tasks, {pair.method})[/dim]"
         )
         if pair.only_a or pair.only_b:
-            console.print(f"    [yellow]not paired: {f.unmatched(pair)}[/yellow]")
+            lines.append(f"    [yellow]not paired: {escape(f.unmatched(pair))}[/yellow]")
+    if len(shown) < family:
+        told = sum(1 for p in comparison.pairs if p.p_holm < alpha)
+        lines.append(
+            f"  [dim]… and {family - len(shown):,} more pairs ({told:,} of all {family:,} "
+            "distinguishable after Holm): every pair is in --json and --html; `levelfield "
+            "leaderboard RUN` ranks the configurations with their ranks' confidence sets[/dim]"
+        )
+    console.print("\n".join(lines))
 
 
 def calibration_table(c: Calibration) -> Table:

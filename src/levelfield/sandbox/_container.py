@@ -26,18 +26,22 @@ EXEC_DRAIN_S = 0.5  # output still in flight after the exec's main process ended
 EXEC_SETTLE_S = 2.0  # an engine's exec state lags its process's end by milliseconds; 2 s is ample
 
 
-def container_cgroup(pid: int) -> _cgroup.TrialCgroup | None:
+def container_cgroup(pid: int, container_id: str) -> _cgroup.TrialCgroup | None:
     """The cgroup directories of a container's init, read from /proc/PID/cgroup on this host.
 
     Reuses `TrialCgroup`'s readers (the same counters as the process backend) on the engine's
-    directories. None when the engine's processes are not visible here (a remote engine).
+    directories. None when the engine's processes are not this host's: a remote engine (its PID
+    is another machine's), or this harness in a container of its own (another PID namespace).
+    The PID alone cannot tell, as a process of ours may hold the same number; every engine names
+    its container's cgroup after the container's ID (docker/ID, libpod-ID, docker-ID.scope),
+    so a path without it is someone else's.
     """
     try:
         own = _cgroup._own_paths(Path(f"/proc/{pid}/cgroup").read_text()) if pid else None
         host = _cgroup.detect()
     except (OSError, HostUnsupported):
         return None
-    if not own:
+    if not own or not any(container_id in path for path in own.values()):
         return None
     if host.version == 2:
         dirs = {"unified": _cgroup.CGROUP_ROOT / own.get("", "/").lstrip("/")}

@@ -124,20 +124,24 @@ def _is_podman(version: dict[str, Any]) -> bool:
 OOM_EVENT_WAIT_S = 1.0  # the engine learns of a kill from the kernel asynchronously
 
 
-def engine_saw_oom(api: Any, container_id: str, since_s: float, state: dict[str, Any]) -> bool:
+def engine_saw_oom(
+    api: Any, container_id: str, since_s: float, state: dict[str, Any], *, wait: bool
+) -> bool:
     """The engine's own word on an OOM kill: its OOMKilled flag, or an `oom` event.
 
     Docker sets OOMKilled only when the container's init dies, but emits an `oom` event for any
     process the kernel killed in the container (an exec'd agent included); Podman on cgroup v1
-    does neither. Asked only when the cgroup counter already saw a kill, so the wait for a late
-    event costs nothing on other trials.
+    does neither. Asked in every trial, since a remote engine's or a containerised harness's
+    only evidence may be this; the events up to now cost one quick call, and the wait for a late
+    event is paid only with `wait` (a kill is expected: a counter saw one, or a phase died by
+    SIGKILL where no counter can be read).
     """
     if state.get("OOMKilled"):
         return True
     try:
         events = api.events(
             since=f"{since_s:.9f}",
-            until=f"{time.time() + OOM_EVENT_WAIT_S:.9f}",
+            until=f"{time.time() + (OOM_EVENT_WAIT_S if wait else 0.0):.9f}",
             filters={"container": container_id, "event": "oom"},
             decode=True,
         )

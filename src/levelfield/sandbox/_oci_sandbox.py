@@ -1,9 +1,13 @@
 """The started trial container of the `oci` backend: every phase is an exec in it.
 
 Evidence is read from the container's own cgroup directories (the same readers as the process
-backend), with the engine's own word on an OOM kill beside it, and the storage volume's fill
-level from the host when the ceiling lives on one (`_volumes.py`). Kept apart from `oci.py`,
-which creates it, so that each reads as one concept.
+backend), with the engine's own word on an OOM kill beside it (its flag and `oom` events, asked in
+every trial) and the kernel log's (`_kernel_oom.py`, which names the container and whose limit
+was hit), the storage volume's fill level from the host when the ceiling lives on one
+(`_volumes.py`), and the free space of the engine's disk under the writable layer. Where the
+container's cgroup is not this host's to read (a remote engine, a harness in a container), the
+engine's events and the kernel log, when it ran here, are the only OOM evidence. Kept apart from
+`oci.py`, which creates it, so that each reads as one concept.
 """
 
 from __future__ import annotations
@@ -29,16 +33,17 @@ from levelfield.sandbox import (
     _cgroup,
     _container,
     _engine,
+    _kernel_oom,
     _offline,
     _output,
     _tree,
     _volumes,
+    _workspace,
 )
 from levelfield.tasks import Task
 
 LOG_DIRS = ("logs", "logs/agent", "logs/verifier", "logs/artifacts")
 TESTS = PurePosixPath("/tests")  # what the verifier checks from outside once copied in
-READ_MAX_BYTES = 16 << 20  # a report file the verifier checks; past that it is not read
 
 
 @dataclass(slots=True)
@@ -66,11 +71,20 @@ class OciSandbox:
         self.client, self.api = client, client.api
         self.container_id, self.task, self.limits = container_id, task, limits
         self.notes = notes
-        state = self.api.inspect_container(container_id)["State"]
-        self.init_pid = int(state.get("Pid") or 0)
-        self.cgroup = _container.container_cgroup(self.init_pid)
+        inspected = self.api.inspect_container(container_id)
+        self.init_pid = int(inspected["State"].get("Pid") or 0)
+        self.cgroup = _container.container_cgroup(self.init_pid, container_id)
         if self.cgroup is None:
-            notes.append("container cgroup not readable from this host: evidence from the engine")
+            notes.append(
+                "container cgroup not readable from this host: OOM evidence from the engine's "
+                "oom events and, where this host's kernel ran it, the kernel log"
+            )
+        self.kernel = _kernel_oom.KernelOomWatch()  # OOM kills, whoever's limit, from now on
+        self.host_disk = _workspace.HostDiskWatch(_upper_dir(inspected) if self.cgroup else None)
+        # With the engine's quota (StorageOpt size=) the writable layer is the trial's own disk,
+        # and statvfs there reads the quota: its running out is the trial's ceiling.
+        self._layer_capped = bool((inspected.get("HostConfig") or {}).get("StorageOpt"))
+        self._sigkilled = False  # a phase died by SIGKILL: an OOM kill the engine may confirm
         self._snapshot = _Snapshot()
         self._created_s = time.time() - 1.0  # events are asked for from here on
         self._closed = False
@@ -118,6 +132,7 @@ class OciSandbox:
             raise SandboxDied(f"exec in {self.container_id[:12]} failed: {exc}") from exc
         self._remember_counters()
         exit_code = None if timed_out else (int(code) if code is not None else None)
+        self._sigkilled |= exit_code == 128 + 9
         return PhaseResult(
             exit_code=exit_code,
             signal=_output.signal_of(exit_code),
@@ -153,7 +168,7 @@ class OciSandbox:
             return False
 
     def read_file(self, path: PurePosixPath) -> bytes | None:
-        found = self.read_entry(path, max_bytes=READ_MAX_BYTES)
+        found = self.read_entry(path, max_bytes=_tree.READ_MAX_BYTES)
         return found.data if found.kind == "file" else None
 
     def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
@@ -210,8 +225,17 @@ class OciSandbox:
             with tarfile.open(fileobj=spool) as tar:
                 yield _Archived(tar, kind, target)
 
+    def changes(self) -> list[tuple[str, int]] | None:
+        """The engine's diff of the container against its image: (path, kind), kind 0 changed,
+        1 added, 2 deleted. What the harness asks when a grader could not run its tools."""
+        try:
+            return [(c["Path"], int(c["Kind"])) for c in self.api.diff(self.container_id) or ()]
+        except Exception:  # an engine without the endpoint, or a container already gone
+            return None
+
     def usage(self) -> Usage:
         free, used = self._storage()
+        self.host_disk.read()
         if self.cgroup is None:
             return Usage(0, 0.0, used, free)
         reading = self.cgroup.usage()
@@ -235,14 +259,22 @@ class OciSandbox:
         state = self._state()
         alive = bool(state.get("Running"))
         self._storage()
+        self.host_disk.read()
         self._remember_counters()
         c = self._snapshot.counters
-        if c.oom_kills or state.get("OOMKilled"):
-            self._snapshot.engine_oom_killed |= _engine.engine_saw_oom(
-                self.api, self.container_id, self._created_s, state
-            )
+        blind = self.cgroup is None and self._sigkilled  # a kill no counter here can explain
+        self._snapshot.engine_oom_killed |= _engine.engine_saw_oom(
+            self.api,
+            self.container_id,
+            self._created_s,
+            state,
+            wait=bool(c.oom_kills or state.get("OOMKilled") or blind),
+        )
+        kills = self.kernel.kills(self.container_id, count_host=self.cgroup is not None)
+        kernel_kills = len(kills.own) + len(kills.outside)
+        oom_kills = max(c.oom_kills, int(self._snapshot.engine_oom_killed), kernel_kills)
         return Evidence(
-            oom_kills=max(c.oom_kills, int(self._snapshot.engine_oom_killed)),
+            oom_kills=oom_kills,
             memory_failcnt=c.memory_failcnt,
             memory_peak_bytes=c.memory_peak_bytes,
             pids_max_hits=c.pids_max_hits,
@@ -252,11 +284,31 @@ class OciSandbox:
             cpu_usage_s=c.cpu_usage_s,
             storage_used_bytes=self._storage_peak if self.volume is not None else None,
             storage_ceiling_bytes=self.limits.storage_ceiling_bytes,
-            storage_full=self._storage_full,
+            storage_full=self._storage_full or (self._layer_capped and self.host_disk.full),
+            storage_written_bytes=_workspace.written_bytes(self.volume.image)
+            if self.volume is not None
+            else None,
+            host_disk_free_min_bytes=self.host_disk.least_free_bytes,
+            host_disk_full=self.host_disk.full and not self._layer_capped,
             sandbox_alive=alive,
             engine_oom_killed=self._snapshot.engine_oom_killed,
-            notes=tuple(self.notes),
+            host_oom_kills=kills.host_oom_kills,
+            outside_oom_kills=len(kills.outside),
+            notes=(*self.notes, *kills.notes(), *self._unreadable_kill(oom_kills)),
         )
+
+    def _unreadable_kill(self, oom_kills: int) -> list[str]:
+        """Where no cgroup can be read, what a SIGKILL with no OOM evidence leaves unknown."""
+        if self.cgroup is not None or not self._sigkilled:
+            return []
+        if oom_kills:
+            by = "the engine's oom event" if self._snapshot.engine_oom_killed else "the kernel log"
+            return [f"a phase died by SIGKILL, an OOM kill by {by} (it names the container)"]
+        return [
+            "a phase died by SIGKILL and no OOM evidence can be read here: the engine reported "
+            "no oom event (Podman on cgroup v1 never does) and this host's kernel log does not "
+            "name the container, so whether the kernel's OOM killer sent it is unknown"
+        ]
 
     def network_namespace(self) -> Path | None:
         """The container's namespace, through its init's pid; None when the engine is remote
@@ -288,6 +340,7 @@ class OciSandbox:
             self.api.remove_container(self.container_id, force=True, v=True)
         if self.volume is not None:
             _volumes.remove_volume(self.api, self.volume)
+        self.kernel.close()
 
     # -- internals -------------------------------------------------------------------------
 
@@ -327,3 +380,11 @@ class OciSandbox:
         if code != 0 and check:
             text = output.decode(errors="replace").strip()[-500:]
             raise SandboxDied(f"{argv[0]} in the container exited {code}: {text}")
+
+
+def _upper_dir(inspected: dict[str, Any]) -> Path | None:
+    """The container's writable layer on this host (overlay's UpperDir, Docker's and Podman's
+    alike): where its uncapped writes land, on the engine's own disk."""
+    data = (inspected.get("GraphDriver") or {}).get("Data") or {}
+    upper = data.get("UpperDir")
+    return Path(upper) if upper and Path(upper).exists() else None

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 COPY_MAX_BYTES = 256 << 20  # what one collection copies at most; the rest is listed, not copied
+READ_MAX_BYTES = 256 << 20  # what a sandbox's read_file returns at most (past it: not a file)
 LISTED_MAX = 20  # skipped entries named in the evidence; the rest are counted
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

@@ -32,6 +32,11 @@ LOG_SUBDIRS = ("agent", "verifier", "artifacts")
 # leaves up to 1 MiB), so "full" is free space under 1 MiB or 1 % of the disk.
 FULL_BELOW_BYTES = 1 << 20
 FULL_BELOW_FRACTION = 0.01
+# The host's filesystem is "full" for a trial's uncapped writes below the smaller of these: on a
+# big disk, package installs and builds write in tens of MiB, so less than 64 MiB free fails them
+# as surely as none does; a small disk (a 48 MiB run directory) is not full at 39 MiB free.
+HOST_FULL_BELOW_BYTES = 64 << 20
+HOST_FULL_BELOW_FRACTION = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +74,48 @@ class Workspace:
             return False
         capacity = st.f_blocks * st.f_frsize
         return free_bytes < max(FULL_BELOW_BYTES, FULL_BELOW_FRACTION * capacity)
+
+
+def written_bytes(image: Path) -> int | None:
+    """What the trial's disk image ever held: the sparse file's allocation on the host. Freed
+    blocks are never given back (the image is made with nodiscard and mounted without discard),
+    so this bounds the disk's peak use from above: a disk that filled and emptied between two
+    samples still shows here. Near a full disk ext4 writes its data out at once to find room,
+    so the blocks of a write that hit ENOSPC reach the image even when deleted right after."""
+    try:
+        return image.stat().st_blocks * 512
+    except OSError:
+        return None
+
+
+@dataclass
+class HostDiskWatch:
+    """The least free space seen on the host filesystem that takes a trial's uncapped writes
+    (the process workspace without a ceiling, an oci container's writable layer): when it ran
+    out, the host's or the engine's disk is to blame, not a ceiling of the trial's."""
+
+    path: Path | None
+    least_free_bytes: int | None = None
+    capacity_bytes: int | None = None
+
+    def read(self) -> None:
+        if self.path is None:
+            return
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return
+        free = st.f_bfree * st.f_frsize  # the trial writes as root: reserved blocks count
+        least = self.least_free_bytes
+        self.least_free_bytes = free if least is None else min(least, free)
+        self.capacity_bytes = st.f_blocks * st.f_frsize
+
+    @property
+    def full(self) -> bool:
+        least, capacity = self.least_free_bytes, self.capacity_bytes
+        if least is None or capacity is None:
+            return False
+        return least < min(HOST_FULL_BELOW_BYTES, HOST_FULL_BELOW_FRACTION * capacity)
 
 
 def create_workspace(

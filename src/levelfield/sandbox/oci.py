@@ -215,6 +215,7 @@ class OciBackend:
     ) -> OciSandbox:
         """`start` once the image is there (doctor starts one on an image the engine has)."""
         client = self.client
+        trial_dir = trial_dir.resolve()  # the engine binds the disk's paths: never relative
         trial_dir.mkdir(parents=True, exist_ok=True)
         args = host_config_args(limits, self.report().cpus)
         container_id, volume = self._create_capped(

@@ -32,6 +32,7 @@ from levelfield.sandbox import (
     Usage,
     _bwrap,
     _cgroup,
+    _kernel_oom,
     _netns,
     _output,
     _tree,
@@ -40,7 +41,6 @@ from levelfield.sandbox import (
 from levelfield.tasks import Task
 
 INIT_START_TIMEOUT_S = 10.0
-READ_MAX_BYTES = 16 << 20  # a report file the verifier checks; past that it is not read
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "HOME": "/root",
@@ -200,6 +200,8 @@ class ProcessSandbox:
         self._lock = threading.Lock()
         self._closed = False
         self.network: _netns.TrialNetwork | None = None
+        self.kernel = _kernel_oom.KernelOomWatch()  # the host's OOM killer, from the start
+        self.host_disk = _workspace.HostDiskWatch(None if workspace.image else workspace.root)
 
     @classmethod
     def launch(
@@ -306,7 +308,7 @@ class ProcessSandbox:
         _tree.copy_in(src, *self.workspace.split(dest))
 
     def read_file(self, path: PurePosixPath) -> bytes | None:
-        found = self.read_entry(path, max_bytes=READ_MAX_BYTES)
+        found = self.read_entry(path, max_bytes=_tree.READ_MAX_BYTES)
         return found.data if found.kind == "file" else None
 
     def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
@@ -326,6 +328,7 @@ class ProcessSandbox:
         reading = self.cgroup.usage()
         free_used = self.workspace.free_and_used()
         free, used = free_used if free_used else (None, None)
+        self.host_disk.read()
         with self._lock:
             if free is not None and self.workspace.is_full(free):
                 self._storage_full = True
@@ -338,6 +341,7 @@ class ProcessSandbox:
     def evidence(self) -> Evidence:
         usage = self.usage()
         counters = self.cgroup.counters()
+        kills = self.kernel.kills(_trial_marker(self.cgroup))
         return Evidence(
             oom_kills=counters.oom_kills,
             memory_failcnt=counters.memory_failcnt,
@@ -350,7 +354,13 @@ class ProcessSandbox:
             storage_used_bytes=self._storage_peak if usage.storage_used_bytes is not None else None,
             storage_ceiling_bytes=self.limits.storage_ceiling_bytes,
             storage_full=self._storage_full,
+            storage_written_bytes=_written(self.workspace.image),
+            host_disk_free_min_bytes=self.host_disk.least_free_bytes,
+            host_disk_full=self.host_disk.full,
             sandbox_alive=self.is_alive(),
+            host_oom_kills=kills.host_oom_kills,
+            outside_oom_kills=len(kills.outside),
+            notes=kills.notes(),
         )
 
     def network_namespace(self) -> Path | None:
@@ -382,6 +392,7 @@ class ProcessSandbox:
         for pump in self._pumps:  # their writers are dead: the pipes are at their end
             pump.close()
         self.cgroup.remove()
+        self.kernel.close()
         if self.network is not None:
             _netns.destroy(self.network)
         _workspace.destroy_workspace(self.workspace)
@@ -391,6 +402,15 @@ class ProcessSandbox:
         pressure = self.cgroup.dirs["unified"] if self.cgroup.is_v2 else None
         network_pid = self.init_pid if self.network is not None else None
         return Observables(network_pid=network_pid, pressure_dir=pressure)
+
+
+def _written(image: Path | None) -> int | None:
+    return _workspace.written_bytes(image) if image is not None else None
+
+
+def _trial_marker(cgroup: _cgroup.TrialCgroup) -> str:
+    """How the kernel log names the trial's cgroup: its path ends /levelfield/RUN/TRIAL."""
+    return "/" + "/".join(cgroup.dirs["unified" if cgroup.is_v2 else "memory"].parts[-3:])
 
 
 def _joined(cgroup: _cgroup.TrialCgroup, argv: list[str]) -> list[str]:

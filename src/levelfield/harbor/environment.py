@@ -1,0 +1,155 @@
+"""`harbor run -e levelfield.harbor:LevelfieldEnvironment`: Harbor's trials on levelfield's
+sandboxes, under the limits a levelfield policy gives the task's spec.
+
+    harbor run -p TASKS -a oracle -e levelfield.harbor:LevelfieldEnvironment \\
+        --ek policy=strict|3x|uncapped|FLOOR/CEILING  (or --ek floor=1x --ek ceiling=3x) \\
+        --ek backend=auto|process|oci [--ek uv_shim=true]
+
+The only module that imports Harbor (the `harbor` extra, Python >= 3.12). Harbor stores whatever
+an environment raises in the trial's `exception_info`, so a ceiling the kernel enforced is raised
+as a levelfield exception (`LevelfieldOOMKilled: memory ceiling 256 MiB hit, oom_kill=1 ...`)
+instead of ending in a reward 0 that books the kill as the agent's failure. Harbor calls `stop`
+before it writes result.json, which is where the levelfield record is written beside it and where
+a kill the exec survived is raised if the trial did not pass (box.py says why).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+from pathlib import Path
+from typing import Any
+
+from harbor.environments.base import BaseEnvironment, ExecResult
+from harbor.environments.capabilities import (
+    EnvironmentCapabilities,
+    EnvironmentResourceCapabilities,
+)
+from harbor.models.task.config import NetworkMode
+from harbor.models.trial.config import ResourceMode
+
+from levelfield.errors import RunConfigError
+from levelfield.harbor.box import ExecCall, HarborBox
+from levelfield.harbor.options import parse_options, spec_of
+from levelfield.tasks import load_task
+from levelfield.verifier import parse_reward_json, parse_reward_txt
+
+_HARBOR_KEYS = frozenset(inspect.signature(BaseEnvironment.__init__).parameters)
+
+
+class LevelfieldEnvironment(BaseEnvironment):
+    """One Harbor trial in one levelfield sandbox (process: cgroups + bubblewrap; oci: a
+    container via the Docker Engine API, podman or Docker)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        ours = {k: kwargs.pop(k) for k in list(kwargs) if k not in _HARBOR_KEYS}
+        self._options = parse_options(ours)
+        self._policy = self._options.resolved_policy()
+        self._box: HarborBox | None = None
+        super().__init__(*args, **kwargs)
+
+    @staticmethod
+    def type() -> str:
+        return "levelfield"
+
+    @property
+    def capabilities(self) -> EnvironmentCapabilities:
+        return EnvironmentCapabilities(disable_internet=True)
+
+    @classmethod
+    def resource_capabilities(cls) -> EnvironmentResourceCapabilities:
+        """Accepted so that Harbor asks no more; `_validate_definition` refuses any mode but
+        auto: the levelfield policy, not `--cpus/--memory`, sets floor and ceiling."""
+        return EnvironmentResourceCapabilities(
+            cpu_limit=True, cpu_request=True, memory_limit=True, memory_request=True,
+            fractional_cpus=True,
+        )  # fmt: skip
+
+    def _validate_definition(self) -> None:
+        modes = (("--cpus", self._cpu_resource_mode), ("--memory", self._memory_resource_mode))
+        for flag, mode in modes:
+            if mode != ResourceMode.AUTO:
+                raise RunConfigError(
+                    f"{flag} {mode.value}: levelfield's environment takes its floor and ceiling "
+                    "from --ek policy=... (or --ek floor=... --ek ceiling=...), not from Harbor's "
+                    "enforcement modes; leave them at auto"
+                )
+        task = load_task(self.environment_dir.parent)
+        spec = spec_of(
+            self.task_env_config.cpus,
+            self.task_env_config.memory_mb,
+            self.task_env_config.storage_mb,
+            task.spec,
+        )
+        allow = self.network_policy.network_mode != NetworkMode.NO_NETWORK
+        self._task = dataclasses.replace(task, spec=spec, allow_internet=allow)
+
+    async def start(self, force_build: bool) -> None:
+        """`force_build` is moot: levelfield builds by the content of environment/ and reuses
+        an image only when that content is unchanged."""
+        trial_dir = self.trial_paths.trial_dir.resolve()
+        box = HarborBox(self._task, self._policy, self._options, trial_dir)
+        await asyncio.to_thread(box.start)
+        self._box = box
+
+    async def stop(self, delete: bool) -> None:
+        """The sandbox always goes (`delete` is moot); the record stays beside result.json."""
+        box, self._box = self._box, None
+        if box is None:
+            return
+        late = await asyncio.shield(asyncio.to_thread(box.stop, self._reward()))
+        if late is not None:
+            raise late
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: int | None = None,
+        user: str | int | None = None,
+    ) -> ExecResult:
+        box = self._started()
+        call = ExecCall(
+            command,
+            cwd=cwd or self.task_env_config.workdir,
+            env=self._merge_env(env),
+            timeout_s=timeout_sec,
+            user=self._resolve_user(user),
+        )
+        number = box.number()
+        try:
+            output, code = await asyncio.to_thread(box.exec, call, number)
+        except asyncio.CancelledError:
+            await asyncio.shield(asyncio.to_thread(box.cancel, number))
+            raise
+        return ExecResult(stdout=output, stderr=None, return_code=code)
+
+    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        await asyncio.to_thread(self._started().upload_file, Path(source_path), target_path)
+
+    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
+        await asyncio.to_thread(self._started().upload_dir, Path(source_dir), target_dir)
+
+    async def download_file(self, source_path: str, target_path: Path | str) -> None:
+        await asyncio.to_thread(self._started().download_file, source_path, Path(target_path))
+
+    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        await asyncio.to_thread(self._started().download_dir, source_dir, Path(target_dir))
+
+    def _started(self) -> HarborBox:
+        if self._box is None:
+            raise RunConfigError("the levelfield environment was used before start()")
+        return self._box
+
+    def _reward(self) -> float | None:
+        """The verifier's reward as Harbor downloaded it (it stops the environment after
+        grading, before result.json): reward.txt, else reward.json; None if it graded nothing."""
+        verifier = self.trial_paths.verifier_dir
+        txt, js = verifier / "reward.txt", verifier / "reward.json"
+        if txt.is_file():
+            return parse_reward_txt(txt.read_text(errors="replace"))
+        if js.is_file():
+            return parse_reward_json(js.read_text(errors="replace"))
+        return None
