@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
+from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.records import Evidence, ImageRecord, PhaseResult
 from levelfield.sandbox import (
@@ -29,6 +30,7 @@ class ChrootSandbox:
 
     def __init__(self, task: Task, root: Path) -> None:
         self.task = task
+        self.secrets = Masker()  # what the runner adds to; a toy's logs are not masked
         self.dirs = {
             task.workdir: root / "app",
             PurePosixPath("/tests"): root / "tests",
@@ -131,6 +133,7 @@ class ChrootBackend:
         trial_id: str,
         trial_dir: Path,
         mounts: Sequence[ReadOnlyMount] = (),
+        secrets: object = None,  # a toy writes no log that would need masking
     ) -> ChrootSandbox:
         return ChrootSandbox(task, trial_dir / "chroot")
 
