@@ -89,8 +89,8 @@ class DisclosedSandbox:
     def observables(self) -> Observables:
         return self._box.observables()
 
-    def collect_logs(self, dest: Path) -> None:
-        self._box.collect_logs(dest)
+    def collect_logs(self, dest: Path) -> tuple[str, ...]:
+        return self._box.collect_logs(dest)
 
     def close(self) -> None:
         self._box.close()

@@ -1,7 +1,10 @@
 """What this host can enforce: each mechanism tried for real, not guessed from files.
 
 Each check creates and removes what it tests (a cgroup, a bubblewrap namespace, a loop-mounted
-disk), so a green line means the process backend will work, not merely that a file exists.
+disk), so a green line means the process backend will work, not merely that a file exists. The
+last checks start a real sandbox on each backend (a container on each engine, from an image the
+engine already has) and read, from a shell inside, what an agent holds there: its effective
+capabilities, no-new-privileges and its cgroup namespace.
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ import shutil
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from functools import partial
+from pathlib import Path, PurePosixPath
 
 from levelfield.errors import HostUnsupported
-from levelfield.sandbox import _cgroup
+from levelfield.sandbox import Backend, BackendOptions, Sandbox, _cgroup
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,10 +29,13 @@ class Check:
     ok: bool
     detail: str
     needed_by: str = "process"
+    url: str | None = None  # an engine's address, for the checks that start a container on it
 
 
 def run_checks() -> list[Check]:
-    return [_root(), *_cgroups(), _bwrap(), _loop_disk(), *_engines()]
+    engines = _engines()
+    shells = [_agent_shell_process(), *(_agent_shell_oci(c) for c in engines if c.url)]
+    return [_root(), *_cgroups(), _bwrap(), _loop_disk(), *engines, *shells]
 
 
 def _root() -> Check:
@@ -144,13 +152,13 @@ def _engines() -> list[Check]:
     from levelfield.sandbox._engine import other_engine_urls
 
     report = engine_report()
-    checks = [Check("container engine", report.found, report.describe(), "oci")]
+    url = report.url if report.found else None
+    checks = [Check("container engine", report.found, report.describe(), "oci", url)]
     for url in other_engine_urls(report.url):  # another engine here (podman beside Docker)
         other = engine_report(url)
         if other.found:
-            checks.append(
-                Check("other engine", True, f"{other.describe()} (DOCKER_HOST={url})", "oci")
-            )
+            detail = f"{other.describe()} (DOCKER_HOST={url})"
+            checks.append(Check("other engine", True, detail, "oci", url))
     return checks
 
 
@@ -159,3 +167,111 @@ def _output(argv: list[str]) -> str:
         return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"({exc})"
+
+
+# -- what an agent's shell holds, read from inside a real sandbox -------------------------------
+
+SHELL_PROBE = (
+    "grep -E '^(CapEff|NoNewPrivs):' /proc/self/status; grep -E ':memory:|^0::' /proc/self/cgroup"
+)
+# The kernel's capability numbers (linux/capability.h), for naming a CapEff mask
+CAPABILITY_NAMES = (
+    "chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill", "setgid", "setuid",
+    "setpcap", "linux_immutable", "net_bind_service", "net_broadcast", "net_admin", "net_raw",
+    "ipc_lock", "ipc_owner", "sys_module", "sys_rawio", "sys_chroot", "sys_ptrace", "sys_pacct",
+    "sys_admin", "sys_boot", "sys_nice", "sys_resource", "sys_time", "sys_tty_config", "mknod",
+    "lease", "audit_write", "audit_control", "setfcap", "mac_override", "mac_admin", "syslog",
+    "wake_alarm", "block_suspend", "audit_read", "perfmon", "bpf", "checkpoint_restore",
+)  # fmt: skip
+
+
+def capability_names(mask: int) -> list[str]:
+    return [name for bit, name in enumerate(CAPABILITY_NAMES) if mask >> bit & 1] + [
+        f"cap_{bit}" for bit in range(len(CAPABILITY_NAMES), 64) if mask >> bit & 1
+    ]
+
+
+def read_shell(output: str) -> Check:
+    """What SHELL_PROBE printed → a check: green when no capability beyond a default container's
+    is effective and no-new-privileges is on. The set is named against Docker's default."""
+    from levelfield.sandbox import DEFAULT_CAPABILITIES
+
+    fields = dict(line.split(":", 1) for line in output.splitlines() if line[:3] in ("Cap", "NoN"))
+    try:
+        effective = int(fields["CapEff"].strip(), 16)
+    except (KeyError, ValueError):
+        return Check("agent shell", False, f"could not read its status: {output.strip()[-200:]}")
+    held = capability_names(effective)
+    beyond = [c for c in held if c not in DEFAULT_CAPABILITIES]
+    less = [c for c in DEFAULT_CAPABILITIES if c not in held]
+    named = "Docker's default set" + (f" less {', '.join(less)}" if less else "")
+    no_new = fields.get("NoNewPrivs", "").strip() == "1"
+    cgroups = [line for line in output.splitlines() if line[:1].isdigit()]
+    own_ns = bool(cgroups) and cgroups[0].endswith(":/")  # memory's (v1), or the one (v2)
+    detail = (
+        f"CapEff {effective:016x} "
+        + (f"(BEYOND a default container's: {', '.join(beyond)})" if beyond else f"({named})")
+        + f"; no-new-privileges {'on' if no_new else 'OFF'}"
+        + f"; cgroup namespace {'its own' if own_ns else 'the host one'}"
+    )
+    return Check("agent shell", not beyond and no_new, detail)
+
+
+def _probe(backend: Backend, start: Callable[..., Sandbox], where: str, needed_by: str) -> Check:
+    """Start a sandbox with `start(task, limits, trial_id=, trial_dir=)`, run the probe in it as
+    an agent's phase runs, and remove everything it made."""
+    from levelfield.policy import PRESETS, apply_policy
+    from levelfield.tasks import Spec, Task
+
+    name = f"agent shell ({where})"
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = Spec(cpus=0.5, memory_bytes=64 << 20, storage_bytes=16 << 20)
+        task = Task("doctor", Path(tmp), spec, "", 30.0, 30.0, 60.0, PurePosixPath("/app"))
+        log = Path(tmp) / "probe.log"
+        try:
+            box = start(task, apply_policy(PRESETS["strict"], spec), trial_id="shell",
+                        trial_dir=Path(tmp) / "trial")  # fmt: skip
+            try:
+                box.exec(SHELL_PROBE, timeout_s=60, log_path=log)
+            finally:
+                box.close()
+        except Exception as exc:  # any failure is the finding
+            return Check(name, False, f"{type(exc).__name__}: {exc}", needed_by)
+        finally:
+            backend.reap(backend.options.run_id)  # type: ignore[attr-defined]
+        found = read_shell(log.read_text(errors="replace") if log.exists() else "")
+    return Check(name, found.ok, found.detail, needed_by)
+
+
+def _agent_shell_process() -> Check:
+    from levelfield.sandbox.process import ProcessBackend
+
+    backend = ProcessBackend(_probe_options())
+    problems = backend.check()
+    if problems:
+        return Check("agent shell (process)", False, "; ".join(problems))
+    return _probe(backend, backend.start, "process", "process")
+
+
+PROBE_IMAGES = ("debian:bookworm-slim", "ubuntu:24.04", "python:3.13-slim-bookworm")
+
+
+def _agent_shell_oci(engine: Check) -> Check:
+    """On an image the engine already has (doctor never pulls): a stand-in base if there."""
+    from levelfield.sandbox import _images, _pull
+    from levelfield.sandbox.oci import OciBackend, OciSettings
+
+    backend = OciBackend(_probe_options(), OciSettings(engine.url))
+    where = backend.report().engine
+    tags = [t for i in backend.client.api.images() for t in i.get("RepoTags") or []]
+    tag = next((t for n in PROBE_IMAGES for t in tags if t == n or t.endswith(f"/{n}")), None)
+    found = _pull.inspect_image(backend.client, tag) if tag else None
+    if tag is None or found is None:
+        names = ", ".join(PROBE_IMAGES)
+        return Check(f"agent shell ({where})", False, f"not tried: it has none of {names}", "oci")
+    image = _images.BuiltImage(tag, found["Id"], True, None, None, source="present")
+    return _probe(backend, partial(backend.start_on, image), where, "oci")
+
+
+def _probe_options() -> BackendOptions:
+    return BackendOptions(f"doctor-{uuid.uuid4().hex[:8]}", Path(tempfile.gettempdir()))

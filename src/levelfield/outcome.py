@@ -42,6 +42,7 @@ OUTCOME_OF: Final = MappingProxyType(
         Reason.NODE_LOST: Outcome.INFRA_ERROR,
         Reason.API_ERROR: Outcome.INFRA_ERROR,
         Reason.HARNESS_ERROR: Outcome.INFRA_ERROR,
+        Reason.GRADER_TAMPERED: Outcome.FAILED,  # the agent changed /tests or the reward's place
     }
 )
 
@@ -81,6 +82,8 @@ class PhaseLog:
     report: AgentReport | None = None
     graded_nothing: str | None = None  # why the verifier's reward stands on no test (verifier.py)
     grader_broken: str | None = None  # how the agent's own changes broke the grader (verifier.py)
+    tampered: tuple[str, ...] = ()  # what of the grader the agent changed (verifier.py)
+    notes: tuple[str, ...] = ()  # what the agent left where the harness reads, and what was skipped
 
 
 # Whose doing a failed model call is: one rule for every path (the terminal agent's own client,
@@ -160,8 +163,11 @@ def classify(log: PhaseLog) -> Reason:
     then the reward.
 
     A ceiling hit only decides when the trial did not pass: an agent that ran into its pids
-    ceiling once, recovered and passed the tests has passed.
+    ceiling once, recovered and passed the tests has passed. A grader the agent changed
+    outranks everything: its reward means nothing, and nothing else can excuse the change.
     """
+    if log.tampered:
+        return Reason.GRADER_TAMPERED
     kernel = reason_from_evidence(log.evidence)
     passed = log.error is None and reason_for_reward(log.reward) is Reason.TESTS_PASSED
     if kernel is not None and not passed:

@@ -39,6 +39,7 @@ class Reason(StrEnum):
     NODE_LOST = "node_lost"
     API_ERROR = "api_error"
     HARNESS_ERROR = "harness_error"
+    GRADER_TAMPERED = "grader_tampered"
 
 
 class _Frozen(BaseModel):

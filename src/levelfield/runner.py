@@ -101,7 +101,8 @@ def run_trial(
             finally:
                 log.evidence = box.evidence()  # the counters vanish with the cgroup
                 watch.finish()
-                box.collect_logs(trial_dir / "logs")
+                skipped = box.collect_logs(trial_dir / "logs")
+                log.notes += tuple(f"not copied from /logs: {entry}" for entry in skipped)
                 ctx.track(box, alive=False)
     except Exception as exc:  # a harness bug is recorded too; cancellation propagates
         log.error = exc
@@ -261,7 +262,7 @@ SETUP_TAIL_CHARS = 800
 def with_outcome_notes(evidence: Evidence | None, log: PhaseLog) -> Evidence | None:
     """The words behind an infra verdict that no kernel counter gives: a setup's log tail, the
     file a verifier did not write, the agent's own report of its API failing."""
-    notes: list[str] = []
+    notes: list[str] = [*(f"the agent changed the grader: {t}" for t in log.tampered), *log.notes]
     if log.setup is not None and log.setup.failed and log.setup.phase is not None:
         phase = log.setup.phase
         how = "timed out" if phase.timed_out else f"exited {phase.exit_code}"
@@ -317,6 +318,7 @@ def _phases(
     verdict = run_verifier(trial.task, box, trial_dir=trial_dir)
     log.verifier, log.reward = verdict.phase, verdict.reward
     log.graded_nothing, log.grader_broken = verdict.graded_nothing, verdict.grader_broken
+    log.tampered, log.notes = verdict.tampered, (*log.notes, *verdict.notes)
     phase_s["verifier"] = time.monotonic() - t
 
 

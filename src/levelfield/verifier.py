@@ -4,6 +4,13 @@ The tests enter the sandbox only now, after the agent phase, so the agent never 
 reward is /logs/verifier/reward.txt (a number) or reward.json ({"reward": x}, or else the mean of
 its numeric values); neither file means the verifier failed, which is not the agent's failure.
 
+The agent is untrusted, and a process it leaves running shares the sandbox with the grader (as in
+Harbor). So the grader gets a new, empty /logs/verifier (what the agent left there is kept aside
+as evidence); /tests is checked against the task's own tests before test.sh runs and after it
+ends (a change is `grader_tampered`, the agent's failure); and the reward is read as a regular
+file, never through a link, capped, and only as a finite number in [0, 1]. Anything else there
+(a link, a FIFO, a directory, `true`, NaN, 12) is a verifier error that says what it found.
+
 A reward can also stand on no test at all: Terminal-Bench's test.sh writes 0 whenever pytest
 exits non-zero, including when `uvx` could not even download pytest. So when test.sh names a
 report file (pytest's `--ctrf PATH`, `--junitxml PATH`) that is missing or empty afterwards, or
@@ -22,17 +29,27 @@ could not run and that the sandbox's own record of changes shows the agent delet
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from levelfield.records import PhaseResult
-from levelfield.sandbox import Sandbox
+from levelfield.sandbox import Sandbox, _tree
 from levelfield.tasks import Task
 
-REWARD_TXT = PurePosixPath("/logs/verifier/reward.txt")
-REWARD_JSON = PurePosixPath("/logs/verifier/reward.json")
+VERIFIER_DIR = PurePosixPath("/logs/verifier")
+TESTS_DIR = PurePosixPath("/tests")
+REWARD_TXT = VERIFIER_DIR / "reward.txt"
+REWARD_JSON = VERIFIER_DIR / "reward.json"
+REWARD_MAX_BYTES = 64 << 10  # a number, or a small JSON object: more is not a reward
 TEST = "bash /tests/test.sh"
+LEFT_BY_AGENT = "left-in-logs-verifier"  # in the trial directory: what the agent left there
+# What test runners write beside the tests they run (pytest's caches, Python's bytecode): an
+# addition like these is the grader's own. An added conftest.py or pytest.ini is not: pytest
+# would load it as part of the tests.
+RUNNER_CACHES = re.compile(r"(^|/)(__pycache__|\.pytest_cache)(/|$)")
+LOADED_BY_RUNNER = re.compile(r"(^|/)(conftest\.py|pytest\.ini)$")
 
 
 REPORT_FLAG = re.compile(r"--(?:ctrf|junitxml|junit-xml|json-report-file)(?:=|\s+)([^\s;|&<>]+)")
@@ -75,17 +92,69 @@ class Verdict:
     reward: float | None
     graded_nothing: str | None = None  # why the reward stands on no test (the evidence)
     grader_broken: str | None = None  # how the agent's own changes broke the grader
+    tampered: tuple[str, ...] = ()  # what of the grader changed: the agent's doing
+    notes: tuple[str, ...] = ()  # what the agent left in /logs/verifier; what the reward was
 
 
 def run_verifier(task: Task, box: Sandbox, *, trial_dir: Path) -> Verdict:
-    box.copy_in(task.tests_dir, PurePosixPath("/tests"))
+    left = box.renew_dir(VERIFIER_DIR, keep_in=trial_dir / LEFT_BY_AGENT)
+    box.copy_in(task.tests_dir, TESTS_DIR)
+    shipped = _tree.digests(task.tests_dir)
+    before = _not_fresh(box, shipped)
     log = trial_dir / "verifier.log"
     offset = log.stat().st_size if log.exists() else 0
     phase = box.exec(TEST, timeout_s=task.verifier_timeout_s, log_path=log)
+    changed, added = tests_changes(shipped, box.digests(TESTS_DIR))
+    reward, problem = read_reward(box)
+    tampered = [*before, *_line("/tests changed while the grader ran", changed)]
+    notes = [
+        *_line(
+            f"the agent left in /logs/verifier (kept in {LEFT_BY_AGENT}/; the grader got a "
+            "new, empty directory)",
+            left,
+        ),
+        *_line("/tests gained while the grader ran", added),
+        *([problem] if problem else []),
+    ]
     output = _read_from(log, offset)
     nothing = graded_nothing(task, box, output)
     broken = grader_broken(box, output) if nothing is not None else None
-    return Verdict(phase, read_reward(box), nothing, broken)
+    return Verdict(phase, reward, nothing, broken, tuple(tampered), tuple(notes))
+
+
+def _line(what: str, items: list[str] | tuple[str, ...]) -> list[str]:
+    return [f"{what}: {', '.join(items)}"] if items else []
+
+
+def _not_fresh(box: Sandbox, shipped: dict[str, str]) -> list[str]:
+    """Before test.sh: /tests holds the task's tests and nothing else, /logs/verifier nothing.
+    Checked from outside the sandbox, since it is the sandbox's own tools that cleared them."""
+    found: list[str] = []
+    tests = box.digests(TESTS_DIR)
+    if tests:  # {}: the sandbox is gone, and the verifier's exec will say so
+        differ = sorted(p for p in {*shipped, *tests} if shipped.get(p) != tests.get(p))
+        found += _line("/tests was not the task's tests when the grader began", differ)
+    fresh = box.digests(VERIFIER_DIR)
+    if fresh and fresh != {".": "directory"}:
+        extra = sorted(k for k in fresh if k != ".") or [f"itself ({fresh.get('.', 'missing')})"]
+        found.append(f"/logs/verifier was not empty when the grader started: {', '.join(extra)}")
+    return found
+
+
+def tests_changes(shipped: dict[str, str], found: dict[str, str]) -> tuple[list[str], list[str]]:
+    """What the grader's tests lost or had rewritten (changed), and what they gained (added).
+    A gain that a test runner writes itself is left out; one it would load is a change. Nothing
+    found at all (not even a missing /tests) means the sandbox is gone: nothing can be said."""
+    if not found:
+        return [], []
+    changed = [
+        f"{path} ({'removed' if path not in found else 'rewritten'})"
+        for path, what in sorted(shipped.items())
+        if found.get(path) != what
+    ]
+    gained = sorted(p for p in found if p not in shipped and not RUNNER_CACHES.search(p))
+    changed += [f"{path} (added)" for path in gained if LOADED_BY_RUNNER.search(path)]
+    return changed, [path for path in gained if not LOADED_BY_RUNNER.search(path)]
 
 
 def named_reports(test_sh: str, workdir: PurePosixPath) -> list[PurePosixPath]:
@@ -171,12 +240,56 @@ def _read_from(log: Path, offset: int) -> str:
         return ""
 
 
-def read_reward(box: Sandbox) -> float | None:
-    text = box.read_file(REWARD_TXT)
-    if text is not None:
-        return parse_reward_txt(text.decode(errors="replace"))
-    raw = box.read_file(REWARD_JSON)
-    return parse_reward_json(raw.decode(errors="replace")) if raw is not None else None
+def read_reward(box: Sandbox) -> tuple[float | None, str | None]:
+    """The reward and, when there is none, what was found instead. reward.txt decides when it
+    exists in any form: a link or a FIFO in its place is not a fallback to reward.json."""
+    for path, parse in ((REWARD_TXT, strict_reward_txt), (REWARD_JSON, strict_reward_json)):
+        found = box.read_entry(path, max_bytes=REWARD_MAX_BYTES)
+        if found.kind == "missing":
+            continue
+        if found.kind != "file":
+            return None, f"{path} is {found.describe()}: not read as a reward"
+        if found.data is None:
+            return None, f"{path} is {found.describe()}, more than a reward: not read"
+        text = found.data.decode(errors="replace")
+        reward = parse(text)
+        if reward is None:
+            return None, f"{path} holds {text.strip()[:80]!r}, not a number in [0, 1]"
+        return reward, None
+    return None, None
+
+
+def strict_reward_txt(text: str) -> float | None:
+    """One finite number in [0, 1], and nothing else."""
+    try:
+        return _in_range(float(text.strip()))
+    except ValueError:
+        return None
+
+
+def strict_reward_json(text: str) -> float | None:
+    """A number, or an object with such a `reward` (or, without one, numeric values whose mean
+    is taken): each finite and in [0, 1]. A boolean is not a number here."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(data, dict):
+        values = [data["reward"]] if "reward" in data else list(data.values())
+    else:
+        values = [data]
+    numbers = [_in_range(v) for v in values if _is_number(v)]
+    if not values or len(numbers) != len(values) or None in numbers:
+        return None
+    return sum(numbers) / len(numbers)  # type: ignore[arg-type]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _in_range(value: float) -> float | None:
+    return float(value) if math.isfinite(value) and 0.0 <= value <= 1.0 else None
 
 
 def parse_reward_txt(text: str) -> float | None:

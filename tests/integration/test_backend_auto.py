@@ -19,7 +19,7 @@ NO_ENGINE = "unix:///nonexistent/levelfield-no-engine.sock"
 
 
 def _levelfield(*args: str, docker_host: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DOCKER_HOST": docker_host, "COLUMNS": "200"}
+    env = {**os.environ, "DOCKER_HOST": docker_host, "COLUMNS": "400"}
     return subprocess.run(
         [sys.executable, "-m", "levelfield", *args],
         capture_output=True,
@@ -104,3 +104,6 @@ def test_doctor_names_the_engine_and_its_version(kind: str) -> None:
     done = _levelfield("doctor", docker_host=ENGINES[kind])
     first = next(line for line in done.stdout.splitlines() if "container engine" in line)
     assert f"{kind} {version}" in first, done.stdout
+    shell = next(line for line in done.stdout.splitlines() if f"agent shell ({kind})" in line)
+    assert "CapEff 00000000a80425fb" in shell, shell  # read in a real container's shell
+    assert "no-new-privileges on" in shell, shell

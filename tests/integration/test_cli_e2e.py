@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,9 @@ def test_doctor_reports_what_this_host_enforces() -> None:
     assert f"cgroup v{version}:" in done.stdout
     if version == 2:  # the controllers were really enabled down to a trial's parent
         assert "memory, cpu and pids delegated" in done.stdout and "memory floor" in done.stdout
+    wide = subprocess.run(  # one line per check: what an agent's shell holds, from inside one
+        [sys.executable, "-m", "levelfield", "doctor"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "400"},
+    )  # fmt: skip
+    shell = next(line for line in wide.stdout.splitlines() if "agent shell (process)" in line)
+    assert "CapEff 00000000a00425fb" in shell and "no-new-privileges on" in shell, shell

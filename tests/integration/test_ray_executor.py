@@ -316,3 +316,24 @@ def test_without_ray_choosing_the_executor_says_how_to_install_it(
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets when it is absent
     with pytest.raises(RunConfigError, match=r"pip install 'levelfield\[ray\]'"):
         _ray_executor(tmp_path)
+
+
+def test_what_an_agent_leaves_under_logs_never_stops_a_shipped_sweep(
+    nodes: Nodes, make_task: MakeTask, tmp_path: Path
+) -> None:
+    """A FIFO, a socket and absolute links under /logs: the trial still passes, the links come
+    back to the driver as links (tarfile's "data" filter would refuse them and end the sweep),
+    and what was left behind is in the evidence."""
+    leave = (
+        "mkfifo /logs/agent/fifo; ln -s /etc/shadow /logs/agent/shadow; "
+        "python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"/logs/agent/sock\")'; "
+        "touch /app/done"
+    )
+    root = make_task("a", solve=leave, cpus=0.5)
+    run_dir, scratch = tmp_path / "run", tmp_path / "node-scratch"
+    (record,) = _execute(_ray_executor(run_dir, scratch_dir=scratch), _plan(root.parent), run_dir)
+    assert record.outcome is Outcome.PASSED
+    shipped = run_dir / "trials" / record.trial_key / "logs" / "agent"
+    assert os.readlink(shipped / "shadow") == "/etc/shadow"
+    assert not (shipped / "fifo").exists() and not (shipped / "sock").exists()
+    assert any("agent/fifo (a fifo" in note for note in record.evidence.notes)

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
+from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.records import Evidence, ImageRecord, PhaseResult
 from levelfield.sandbox import (
@@ -18,6 +19,7 @@ from levelfield.sandbox import (
     Observables,
     ReadOnlyMount,
     Usage,
+    _tree,
 )
 from levelfield.sandbox._bwrap import system_binds
 from levelfield.tasks import Task
@@ -28,6 +30,7 @@ class ChrootSandbox:
 
     def __init__(self, task: Task, root: Path) -> None:
         self.task = task
+        self.secrets = Masker()  # what the runner adds to; a toy's logs are not masked
         self.dirs = {
             task.workdir: root / "app",
             PurePosixPath("/tests"): root / "tests",
@@ -67,11 +70,27 @@ class ChrootSandbox:
         return PhaseResult(exit_code=code, duration_s=time.monotonic() - started)
 
     def copy_in(self, src: Path, dest: PurePosixPath) -> None:
-        shutil.copytree(src, self.host_path(dest), dirs_exist_ok=True)
+        _tree.copy_in(src, *self._split(dest))
 
     def read_file(self, path: PurePosixPath) -> bytes | None:
-        target = self.host_path(path)
-        return target.read_bytes() if target.is_file() else None
+        found = self.read_entry(path, max_bytes=1 << 20)
+        return found.data if found.kind == "file" else None
+
+    # What the agent could have touched, read by the same rules as every backend (_tree.py).
+    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
+        return _tree.read_entry(*self._split(path), max_bytes=max_bytes)
+
+    def digests(self, path: PurePosixPath) -> dict[str, str]:
+        return _tree.digests(*self._split(path))
+
+    def renew_dir(self, path: PurePosixPath, *, keep_in: Path) -> tuple[str, ...]:
+        return _tree.renew_dir(*self._split(path), keep_in)
+
+    def _split(self, path: PurePosixPath) -> tuple[Path, PurePosixPath]:
+        for inside, outside in self.dirs.items():
+            if path.is_relative_to(inside):
+                return outside, PurePosixPath(path.relative_to(inside))
+        raise ValueError(f"{path} is outside the toy sandbox's binds")
 
     def usage(self) -> Usage:
         return Usage(memory_bytes=0, cpu_usage_s=0.0)
@@ -79,8 +98,9 @@ class ChrootSandbox:
     def evidence(self) -> Evidence:
         return Evidence(notes=("toy backend: no kernel evidence",))
 
-    def collect_logs(self, dest: Path) -> None:
-        shutil.copytree(self.dirs[PurePosixPath("/logs")], dest, dirs_exist_ok=True)
+    def collect_logs(self, dest: Path) -> tuple[str, ...]:
+        shutil.copytree(self.dirs[PurePosixPath("/logs")], dest, symlinks=True, dirs_exist_ok=True)
+        return ()
 
     def observables(self) -> Observables:
         return Observables()
@@ -113,6 +133,7 @@ class ChrootBackend:
         trial_id: str,
         trial_dir: Path,
         mounts: Sequence[ReadOnlyMount] = (),
+        secrets: object = None,  # a toy writes no log that would need masking
     ) -> ChrootSandbox:
         return ChrootSandbox(task, trial_dir / "chroot")
 

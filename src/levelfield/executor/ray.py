@@ -73,6 +73,7 @@ from levelfield.plan import Trial
 from levelfield.policy import Limits
 from levelfield.records import Reason, TrialRecord
 from levelfield.runner import TrialContext, record_without_sandbox
+from levelfield.sandbox._archive import extract
 from levelfield.store import Store
 
 __all__ = ["IN_FLIGHT_ROOT", "RayExecutor", "RetryPolicy", "import_ray"]
@@ -317,10 +318,9 @@ class RayExecutor:
             )
             return
         with tarfile.open(fileobj=io.BytesIO(logs_tar), mode="r:gz") as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(dest, filter="data")
-            else:  # Python < 3.11.4; the archive comes from our own worker
-                tar.extractall(dest)
+            # by the rules the trial's own logs were collected with: links the agent left stay
+            # links (an absolute one would stop tarfile's "data" filter, and with it the sweep)
+            extract(tar, dest, strip_first=False)
 
     def _cancel_pending(self) -> None:
         """Ctrl-C: cancelled trials get KeyboardInterrupt, close their sandboxes and are discarded

@@ -16,7 +16,16 @@ from levelfield.errors import RunConfigError
 from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.records import Evidence, ImageRecord, PhaseResult
+from levelfield.sandbox._tree import Entry
 from levelfield.tasks import Task
+
+# What a default Docker container holds (moby's oci/caps/defaults.go): no phase of any backend
+# holds more. The process backend also leaves out mknod, which only Docker's device cgroup makes
+# harmless; doctor shows what an agent's shell really holds on each.
+DEFAULT_CAPABILITIES = (
+    "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
+    "net_bind_service", "net_raw", "sys_chroot", "mknod", "audit_write", "setfcap",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,13 +90,21 @@ class Sandbox(Protocol):
 
     def copy_in(self, src: Path, dest: PurePosixPath) -> None: ...  # tests go in after the agent
 
-    def read_file(self, path: PurePosixPath) -> bytes | None: ...  # None when absent
+    def read_file(self, path: PurePosixPath) -> bytes | None: ...  # None unless a regular file
+
+    # What the agent could have touched is read without trusting it (_tree.py): links are never
+    # followed, FIFOs and devices never opened, sizes capped.
+    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> Entry: ...
+
+    def digests(self, path: PurePosixPath) -> dict[str, str]: ...  # a tree's entries, hashed
+
+    def renew_dir(self, path: PurePosixPath, *, keep_in: Path) -> tuple[str, ...]: ...
 
     def usage(self) -> Usage: ...  # cheap: the sampler calls it a few times a second
 
     def evidence(self) -> Evidence: ...  # kernel counters; read before close()
 
-    def collect_logs(self, dest: Path) -> None: ...  # /logs of the sandbox, kept with the trial
+    def collect_logs(self, dest: Path) -> tuple[str, ...]: ...  # /logs, kept; what it skipped
 
     def observables(self) -> Observables: ...  # for the network meter and the health readings
     def network_namespace(self) -> Path | None: ...  # /proc/PID/ns/net, for the model proxy

@@ -17,7 +17,7 @@ import io
 import tarfile
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -29,18 +29,21 @@ from levelfield.records import Evidence, ImageRecord, PhaseResult
 from levelfield.sandbox import (
     Observables,
     Usage,
+    _archive,
     _cgroup,
     _container,
     _engine,
     _kernel_oom,
     _offline,
     _output,
+    _tree,
     _volumes,
     _workspace,
 )
 from levelfield.tasks import Task
 
 LOG_DIRS = ("logs", "logs/agent", "logs/verifier", "logs/artifacts")
+TESTS = PurePosixPath("/tests")  # what the verifier checks from outside once copied in
 
 
 @dataclass(slots=True)
@@ -50,6 +53,13 @@ class _Snapshot:
 
     counters: _cgroup.Counters = field(default_factory=_cgroup.Counters)
     engine_oom_killed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Archived:
+    tar: tarfile.TarFile
+    kind: str  # what the path itself is (_tree.Entry.kind)
+    target: str  # a link's target
 
 
 class OciSandbox:
@@ -132,34 +142,88 @@ class OciSandbox:
         )
 
     def copy_in(self, src: Path, dest: PurePosixPath) -> None:
-        """A directory replaces whatever the agent left at `dest`; the uv shim rides with /tests."""
-        target = dest if src.is_dir() else dest.parent
-        prep = 'rm -rf -- "$1" && mkdir -p -- "$1"' if src.is_dir() else 'mkdir -p -- "$1"'
-        self._quiet(["sh", "-c", prep, "sh", str(target)])
+        """A directory replaces whatever the agent left at `dest`; the uv shim rides with /tests.
+        The engine itself makes the directory (its archive holds it): the image's tools are the
+        agent's to break, and what reached /tests is checked from outside by the verifier."""
+        if src.is_dir():
+            self._quiet(["rm", "-rf", "--", str(dest)], check=dest != TESTS)
+        else:
+            self._quiet(["mkdir", "-p", "--", str(dest.parent)])
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
-            if src.is_dir():
-                for child in sorted(src.iterdir()):
-                    tar.add(child, arcname=child.name)
-            else:
-                tar.add(src, arcname=dest.name)
-        if not self.api.put_archive(self.container_id, str(target), buffer.getvalue()):
+            tar.add(src, arcname=dest.name)  # a directory with all it holds, sorted
+        if not self._put(dest.parent, buffer.getvalue()) and dest != TESTS:
             raise SandboxDied(f"copy of {src} to {dest} was refused by the engine")
-        if dest == PurePosixPath("/tests") and self._uv_shim:
+        if dest == TESTS and self._uv_shim:
             self._quiet(["sh", "-c", _offline.UV_SHIM_INSTALL])
 
-    def read_file(self, path: PurePosixPath) -> bytes | None:
+    def _put(self, parent: PurePosixPath, archive: bytes) -> bool:
+        """False when the engine refuses (the parent is missing, or not a directory)."""
         import docker.errors
 
         try:
-            stream, _ = self.api.get_archive(self.container_id, str(path))
-            data = b"".join(stream)
+            return bool(self.api.put_archive(self.container_id, str(parent), archive))
         except docker.errors.APIError:
-            return None
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            member = next((m for m in tar.getmembers() if m.isfile()), None)
-            extracted = tar.extractfile(member) if member is not None else None
-            return extracted.read() if extracted is not None else None
+            self._require_alive()
+            return False
+
+    def read_file(self, path: PurePosixPath) -> bytes | None:
+        found = self.read_entry(path, max_bytes=_tree.READ_MAX_BYTES)
+        return found.data if found.kind == "file" else None
+
+    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
+        """What `path` itself is comes from the engine's stat of it: Podman's archive of a link
+        holds the link's target, Docker's the link."""
+        with self._fetch(path) as found:
+            if found is None:
+                return _tree.Entry("missing")
+            if found.kind != "file":
+                return _tree.Entry(found.kind, target=found.target)
+            return _archive.entry(found.tar, max_bytes=max_bytes)
+
+    def digests(self, path: PurePosixPath) -> dict[str, str]:
+        """{} when the container is gone: nothing can be said of its files then."""
+        with self._fetch(path) as found:
+            if found is None:
+                return {".": "missing"} if self._state() else {}
+            if found.kind == "symlink":
+                return {".": f"symlink:{found.target}"}
+            return _archive.digests(found.tar) if found.kind == "directory" else {".": found.kind}
+
+    def renew_dir(self, path: PurePosixPath, *, keep_in: Path) -> tuple[str, ...]:
+        """What the agent left is kept from the engine's archive; the removal runs in the
+        container, so the verifier checks from outside that the directory is new and empty."""
+        listed: list[str] = []
+        with self._fetch(path) as found:
+            if found is not None and found.kind == "directory":
+                _archive.extract(found.tar, keep_in, strip_first=True)
+                listed = _archive.inventory(found.tar)
+            elif found is not None:
+                listed = [f"itself ({_tree.Entry(found.kind, target=found.target).describe()})"]
+        self._quiet(["rm", "-rf", "--", str(path)], check=False)
+        parents = [str(PurePosixPath(*path.parts[1 : i + 1])) for i in range(1, len(path.parts))]
+        self._put(PurePosixPath("/"), _container.dirs_tar(tuple(parents)))  # /logs, /logs/verifier
+        return tuple(listed)
+
+    @contextlib.contextmanager
+    def _fetch(self, path: PurePosixPath) -> Iterator[_Archived | None]:
+        """The engine's tar of `path`, spooled to disk (seekable, and never all in memory), with
+        what the path itself is by the engine's own stat; None when it does not exist."""
+        import docker.errors
+
+        with tempfile.TemporaryFile() as spool:
+            try:
+                stream, stat = self.api.get_archive(self.container_id, str(path))
+                for chunk in stream:
+                    spool.write(chunk)
+            except docker.errors.APIError:
+                yield None
+                return
+            spool.seek(0)
+            kind = _archive.stat_kind(int(stat.get("mode") or 0))
+            target = str(stat.get("linkTarget") or "") if kind == "symlink" else ""
+            with tarfile.open(fileobj=spool) as tar:
+                yield _Archived(tar, kind, target)
 
     def changes(self) -> list[tuple[str, int]] | None:
         """The engine's diff of the container against its image: (path, kind), kind 0 changed,
@@ -259,27 +323,14 @@ class OciSandbox:
             return Observables()
         return Observables(self.init_pid or None, self.cgroup.dirs.get("unified"))
 
-    def collect_logs(self, dest: Path) -> None:
-        """Copy the container's /logs tree to `dest` (works on a stopped container too)."""
-        import docker.errors
-
+    def collect_logs(self, dest: Path) -> tuple[str, ...]:
+        """Copy the container's /logs tree to `dest` (works on a stopped container too): links
+        stay links, FIFOs, sockets and devices stay behind. Returns what was not copied."""
         dest.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile() as spool:
-            try:
-                stream, _ = self.api.get_archive(self.container_id, "/logs")
-                for chunk in stream:
-                    spool.write(chunk)
-            except docker.errors.APIError:
-                return
-            spool.seek(0)
-            with tarfile.open(fileobj=spool) as tar:
-                for member in tar.getmembers():
-                    parts = PurePosixPath(member.name).parts[1:]  # drop the leading "logs"
-                    if not parts:
-                        continue
-                    member.name = str(PurePosixPath(*parts))
-                    with contextlib.suppress(tarfile.TarError, OSError):
-                        tar.extract(member, dest, filter="data")
+        with self._fetch(PurePosixPath("/logs")) as found:
+            if found is None or found.kind != "directory":
+                return ()
+            return _archive.extract(found.tar, dest, strip_first=True).listed()
 
     def close(self) -> None:
         if self._closed:
@@ -318,13 +369,15 @@ class OciSandbox:
         ):
             self._snapshot.counters = self.cgroup.counters()
 
-    def _quiet(self, argv: list[str]) -> None:
-        """A helper command of the harness (mkdir, shim install); its failure is the sandbox's."""
+    def _quiet(self, argv: list[str], *, check: bool = True) -> None:
+        """A helper command of the harness (mkdir, shim install); its failure is the sandbox's.
+        With `check` off, only a dead container is: the caller verifies the result from outside
+        (the image's tools are the agent's to break, and that is not the sandbox failing)."""
         self._require_alive()
         exec_id = self.api.exec_create(self.container_id, argv)["Id"]
         output = self.api.exec_start(exec_id)
         code = self.api.exec_inspect(exec_id).get("ExitCode")
-        if code != 0:
+        if code != 0 and check:
             text = output.decode(errors="replace").strip()[-500:]
             raise SandboxDied(f"{argv[0]} in the container exited {code}: {text}")
 

@@ -1,4 +1,5 @@
-"""The trial's writable disk: one filesystem holding /app, /logs, /tmp, /tests, /solution, $HOME.
+"""The trial's writable disk: one filesystem holding /app, /logs, /tmp, /var/tmp, /tests,
+/solution and $HOME.
 
 With a storage ceiling it is an ext4 image of exactly that size, loop-mounted: writes past it
 fail with ENOSPC inside the sandbox, the host's disk is untouched, and the fill level is read from
@@ -24,6 +25,7 @@ LAYOUT = {
     PurePosixPath("/solution"): "solution",
     PurePosixPath("/tmp"): "tmp",
     PurePosixPath("/root"): "home",
+    PurePosixPath("/var/tmp"): "vartmp",  # the sandbox's own, as a container's is, not the host's
 }
 LOG_SUBDIRS = ("agent", "verifier", "artifacts")
 # A writer with big buffers stops short of the last block it could not fill whole (dd bs=1M
@@ -44,10 +46,16 @@ class Workspace:
     binds: dict[PurePosixPath, Path]
 
     def host_path(self, sandbox_path: PurePosixPath) -> Path:
-        """Where a sandbox path lives on the host; only the workspace's own paths map."""
+        """Where a sandbox path lives on the host; only the workspace's own paths map. The path
+        below the bind is the sandbox's to shape (a link, a FIFO): walk it with `_tree`."""
+        source, below = self.split(sandbox_path)
+        return source / below
+
+    def split(self, sandbox_path: PurePosixPath) -> tuple[Path, PurePosixPath]:
+        """The bind's host directory (the harness's own) and the path below it (the sandbox's)."""
         for target in sorted(self.binds, key=lambda p: -len(p.parts)):
             if sandbox_path == target or target in sandbox_path.parents:
-                return self.binds[target] / sandbox_path.relative_to(target)
+                return self.binds[target], PurePosixPath(sandbox_path.relative_to(target))
         raise SandboxStartError(f"{sandbox_path} is not writable in the sandbox")
 
     def free_and_used(self) -> tuple[int, int] | None:
@@ -126,6 +134,7 @@ def create_workspace(
     for sub in LOG_SUBDIRS:
         (root / "logs" / sub).mkdir(exist_ok=True)
     (root / "tmp").chmod(0o1777)
+    (root / "vartmp").chmod(0o1777)
     return Workspace(root, image, binds)
 
 

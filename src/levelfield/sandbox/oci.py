@@ -2,12 +2,13 @@
 
 Start = the task's image (built from environment/ and cached by content, `_images.py`), a container
 created with the limits as Docker and Kubernetes read them (ceiling → Memory = MemorySwap,
-NanoCpus, PidsLimit; floor → MemoryReservation, CpuShares = 1024 × CPUs) and an idle init
-(`sleep infinity` under the engine's init); every phase is an exec of `bash -c` in the task's
-WORKDIR, so background processes the agent starts are still there for the verifier. Evidence is
-read from the container's own cgroup directories, never from the engine's state: under cgroup v1
-podman reports OOMKilled=false for a container the kernel did OOM-kill. Every object carries
-`levelfield.run` and `levelfield.trial` labels, so `reap` finds exactly what a killed run left.
+NanoCpus, PidsLimit; floor → MemoryReservation, CpuShares = 1024 × CPUs), confined as a default
+Docker container is (CONFINEMENT), and an idle init that nothing inside can kill; every phase is
+an exec of `bash -c` in the task's WORKDIR, so background processes the agent starts are still
+there for the verifier. Evidence is read from the container's own cgroup directories, never from
+the engine's state: under cgroup v1 podman reports OOMKilled=false for a container the kernel did
+OOM-kill. Every object carries `levelfield.run` and `levelfield.trial` labels, so `reap` finds
+exactly what a killed run left.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from levelfield.errors import HostUnsupported, SandboxStartError
 from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.sandbox import (
+    DEFAULT_CAPABILITIES,
     BackendOptions,
     Enforcement,
     ReadOnlyMount,
@@ -51,7 +53,19 @@ SOCKET_PATHS = _engine.SOCKET_PATHS
 LABEL_RUN = "levelfield.run"
 LABEL_TRIAL = "levelfield.trial"
 LABEL_TASK = "levelfield.task"
-KEEPALIVE = ["sleep", "infinity"]  # Harbor's idle command too; coreutils is in every TB2 base
+# pid 1 of the container, in place of the engine's init: a signal from inside cannot kill it
+# (`kill -9 -1` leaves the trial standing for its verifier), and it reaps what is orphaned to it.
+KEEPALIVE = ["/bin/sh", "-c", "while :; do sleep 3600 & wait; done"]
+# A default container's rights, the same on Docker and Podman (whose own default has fewer),
+# with no-new-privileges, and in a cgroup namespace of its own where the engine honours it: Docker
+# does; Podman 4's Docker API ignores CgroupnsMode and keeps its default (private on cgroup v2,
+# the host's on v1, where /sys/fs/cgroup is still read-only and CAP_SYS_ADMIN absent).
+CONFINEMENT: dict[str, Any] = {
+    "cap_drop": ["ALL"],
+    "cap_add": [cap.upper() for cap in DEFAULT_CAPABILITIES],
+    "security_opt": ["no-new-privileges"],
+    "cgroupns": "private",
+}
 API_TIMEOUT_S = 120  # one API call (not a phase: phases stream with no socket timeout)
 CPU_SHARES_PER_CPU = _cgroup.CPU_SHARES_PER_CPU
 NANO_CPUS_PER_CPU = 1_000_000_000
@@ -185,6 +199,22 @@ class OciBackend:
             raise
         except Exception as exc:
             raise SandboxStartError(f"image for {task.name}: {type(exc).__name__}: {exc}") from exc
+        where = {"trial_id": trial_id, "trial_dir": trial_dir, "mounts": mounts}
+        return self.start_on(image, task, limits, **where, secrets=secrets)
+
+    def start_on(
+        self,
+        image: _images.BuiltImage,
+        task: Task,
+        limits: Limits,
+        *,
+        trial_id: str,
+        trial_dir: Path,
+        mounts: Sequence[ReadOnlyMount] = (),
+        secrets: Masker | None = None,
+    ) -> OciSandbox:
+        """`start` once the image is there (doctor starts one on an image the engine has)."""
+        client = self.client
         trial_dir = trial_dir.resolve()  # the engine binds the disk's paths: never relative
         trial_dir.mkdir(parents=True, exist_ok=True)
         args = host_config_args(limits, self.report().cpus)
@@ -278,7 +308,7 @@ class OciBackend:
         network = self.report().network_for(task.allow_internet)
         try:
             host_config = api.create_host_config(
-                init=True, network_mode=network, mounts=mounts, **args
+                init=False, network_mode=network, mounts=mounts, **CONFINEMENT, **args
             )
             created = api.create_container(host_config=host_config, **config)
             api.start(created["Id"])

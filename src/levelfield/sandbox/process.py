@@ -35,6 +35,7 @@ from levelfield.sandbox import (
     _kernel_oom,
     _netns,
     _output,
+    _tree,
     _workspace,
 )
 from levelfield.tasks import Task
@@ -65,12 +66,19 @@ class ProcessBackend:
             self._host = _cgroup.detect()
         return self._host
 
+    def hidden(self, task: Task) -> list[Path]:
+        """What the agent must not read though it lies in a bound system directory: the host's
+        root-only entries, the run directory and the dataset."""
+        private = _bwrap.host_private_entries()
+        return [*private, self.options.run_dir.resolve(), task.path.resolve().parent]
+
     def check(self) -> list[str]:
         problems = [
             f"{tool} not found on PATH (Debian: apt-get install {pkg})"
             for tool, pkg in (
                 ("bwrap", "bubblewrap"),
                 ("nsenter", "util-linux"),
+                ("setpriv", "util-linux"),
                 ("mkfs.ext4", "e2fsprogs"),
             )
             if shutil.which(tool) is None
@@ -92,7 +100,8 @@ class ProcessBackend:
             cpu_floor="cpu.shares" if v == 1 else "cpu.weight",
             pids_ceiling="pids.max",
             storage_ceiling="loop-mounted ext4 of the ceiling's size",
-            isolation=f"bubblewrap namespaces (pid, mount, ipc, uts, net) on cgroup v{v}",
+            isolation=f"bubblewrap namespaces (pid, mount, ipc, uts, net, cgroup) on cgroup v{v}; "
+            "a default container's capabilities less mknod, no-new-privileges",
         )
 
     def start(
@@ -126,6 +135,7 @@ class ProcessBackend:
                 trial_dir,
                 network=network,
                 mounts=mounts,
+                hidden=self.hidden(task),
                 secrets=secrets or Masker(),
             )
         except BaseException:
@@ -204,6 +214,7 @@ class ProcessSandbox:
         *,
         network: _netns.TrialNetwork | None = None,
         mounts: Sequence[ReadOnlyMount] = (),
+        hidden: Sequence[Path] = (),
         secrets: Masker,
     ) -> ProcessSandbox:
         """The init's own output (anything in the sandbox may write to its pid 1's stdout) goes
@@ -215,6 +226,8 @@ class ProcessSandbox:
             allow_network=network is not None,  # off unless the task asks for it
             info_fd=write_fd,
             read_only={m.target: m.source for m in mounts},
+            cgroup_dirs=cgroup.dirs,
+            hidden=hidden,
         )
         argv = [*network.enter_argv(), *argv] if network is not None else argv
         out_read, out_write = os.pipe()
@@ -290,19 +303,26 @@ class ProcessSandbox:
         )
 
     def copy_in(self, src: Path, dest: PurePosixPath) -> None:
-        target = self.workspace.host_path(dest)
-        if src.is_dir():
-            _empty_dir(target)  # whatever the agent left at /tests must not reach the verifier
-            shutil.copytree(src, target, symlinks=True, dirs_exist_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, target)
+        """Replaces whatever the agent left at `dest` (at /tests, it must not reach the
+        verifier); never writes through a link the agent made (it would land on the host)."""
+        _tree.copy_in(src, *self.workspace.split(dest))
 
     def read_file(self, path: PurePosixPath) -> bytes | None:
+        found = self.read_entry(path, max_bytes=_tree.READ_MAX_BYTES)
+        return found.data if found.kind == "file" else None
+
+    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
+        """Read on the host, so never through a link: the host's file is not the sandbox's."""
         try:
-            return self.workspace.host_path(path).read_bytes()
-        except (OSError, SandboxStartError):
-            return None
+            return _tree.read_entry(*self.workspace.split(path), max_bytes=max_bytes)
+        except SandboxStartError:
+            return _tree.Entry("missing")
+
+    def digests(self, path: PurePosixPath) -> dict[str, str]:
+        return _tree.digests(*self.workspace.split(path))
+
+    def renew_dir(self, path: PurePosixPath, *, keep_in: Path) -> tuple[str, ...]:
+        return _tree.renew_dir(*self.workspace.split(path), keep_in)
 
     def usage(self) -> Usage:
         reading = self.cgroup.usage()
@@ -348,10 +368,17 @@ class ProcessSandbox:
         task has network (_netns.py), else holding only loopback."""
         return Path(f"/proc/{self.init_pid}/ns/net")
 
-    def collect_logs(self, dest: Path) -> None:
+    def collect_logs(self, dest: Path) -> tuple[str, ...]:
+        """Links stay links, FIFOs, sockets and devices stay behind: returns what was not copied."""
         source = self.workspace.binds[PurePosixPath("/logs")]
-        if source.is_dir():
-            shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
+        try:
+            fd = _tree.open_dir(source, _tree.HERE)
+        except OSError:
+            return ()
+        try:
+            return _tree.copy_tree(fd, dest).listed()
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         if self._closed:
@@ -375,18 +402,6 @@ class ProcessSandbox:
         pressure = self.cgroup.dirs["unified"] if self.cgroup.is_v2 else None
         network_pid = self.init_pid if self.network is not None else None
         return Observables(network_pid=network_pid, pressure_dir=pressure)
-
-
-def _empty_dir(path: Path) -> None:
-    """Empty, never remove: the directory may be a bind mount's source, live in the sandbox."""
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    path.mkdir(parents=True, exist_ok=True)
-    for entry in path.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
 
 
 def _written(image: Path | None) -> int | None:

@@ -1,0 +1,148 @@
+"""An engine's archive of a path in a container, read by `_tree`'s rules: what the path itself
+is comes from the engine's stat of it (Podman archives a link's target, Docker the link), links
+are unpacked as links and nothing is written through one, FIFOs, sockets and devices are listed
+instead of made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tarfile
+from pathlib import Path, PurePosixPath
+
+from levelfield.sandbox import _tree
+
+# Go's os.FileMode type bits, as the engines' path stat (X-Docker-Container-Path-Stat) gives them
+_GO_KINDS = (
+    (1 << 31, "directory"),
+    (1 << 27, "symlink"),
+    (1 << 25, "fifo"),
+    (1 << 24, "socket"),
+    (1 << 26, "device"),
+    (1 << 19, "device"),
+)
+
+
+def stat_kind(mode: int) -> str:
+    return next((kind for bit, kind in _GO_KINDS if mode & bit), "file")
+
+
+def member_kind(member: tarfile.TarInfo) -> str:
+    if member.isreg() or member.islnk():
+        return "file"
+    if member.isdir():
+        return "directory"
+    if member.issym():
+        return "symlink"
+    if member.isfifo():
+        return "fifo"
+    if member.isdev():
+        return "device"
+    return "socket"
+
+
+def entry(tar: tarfile.TarFile, *, max_bytes: int) -> _tree.Entry:
+    """The archive's first member, which the engine names after the path asked for."""
+    member = tar.next()
+    if member is None:
+        return _tree.Entry("missing")
+    kind = member_kind(member)
+    if kind == "symlink":
+        return _tree.Entry(kind, target=member.linkname)
+    if kind != "file":
+        return _tree.Entry(kind)
+    if member.size > max_bytes:
+        return _tree.Entry("file", None, member.size)
+    extracted = tar.extractfile(member)
+    return _tree.Entry("file", extracted.read() if extracted is not None else b"", member.size)
+
+
+def digests(tar: tarfile.TarFile) -> dict[str, str]:
+    """As `_tree.digests`, for an archive of one directory (its first member)."""
+    found: dict[str, str] = {}
+    for member in tar:
+        content = lambda: _tree.sha256_of(tar.extractfile(member))  # noqa: E731, B023
+        found[_strip_first(member.name)] = _tree.digest_of(
+            member_kind(member), content, member.linkname
+        )
+    return found
+
+
+def inventory(tar: tarfile.TarFile) -> list[str]:
+    """As `_tree.inventory`, for an archive of one directory."""
+    lines = []
+    for member in tar.getmembers():
+        rel, kind = _strip_first(member.name), member_kind(member)
+        if kind == "directory":
+            continue
+        found = _tree.Entry(kind, b"", member.size, member.linkname if kind == "symlink" else "")
+        lines.append(f"{'itself' if rel == '.' else rel} ({found.describe()})")
+    return _tree.capped(lines)
+
+
+def extract(tar: tarfile.TarFile, dest: Path, *, strip_first: bool) -> _tree.Copied:
+    """Unpack `tar` into `dest` by `_tree.copy_tree`'s rules: regular files and directories,
+    links as links, nothing through a link, FIFOs, sockets and devices listed instead of made."""
+    copied = _tree.Copied()
+    dest.mkdir(parents=True, exist_ok=True)
+    for member in tar:
+        rel = _strip_first(member.name) if strip_first else _clean(member.name)
+        kind = member_kind(member)
+        if rel in (".", ""):
+            continue
+        parts = PurePosixPath(rel)
+        if ".." in parts.parts:
+            copied.skip(rel, "leads out of the tree, not copied")
+            continue
+        try:
+            parent = _tree.open_dir(dest, parts.parent, create=True)
+        except OSError:
+            copied.skip(rel, "under a link, not copied")
+            continue
+        with _tree.closing_fd(parent):
+            _unpack_member(tar, member, kind, parent, parts.name, copied, rel)
+    return copied
+
+
+def _unpack_member(
+    tar: tarfile.TarFile,
+    member: tarfile.TarInfo,
+    kind: str,
+    parent: int,
+    name: str,
+    copied: _tree.Copied,
+    rel: str,
+) -> None:
+    with contextlib.suppress(OSError):
+        if kind == "directory":
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=parent)
+        elif kind == "symlink":
+            _tree.remove_entry(parent, name)
+            os.symlink(member.linkname, name, dir_fd=parent)
+        elif kind != "file":
+            copied.skip(rel, f"{_tree.Entry(kind).describe()}, not copied")
+        elif member.size > copied.budget:
+            copied.skip(rel, f"{member.size} bytes, past the copy's budget")
+        else:
+            extracted = tar.extractfile(member)
+            _tree.remove_entry(parent, name)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            with os.fdopen(os.open(name, flags, 0o644, dir_fd=parent), "wb") as out:
+                if extracted is not None:
+                    shutil.copyfileobj(extracted, out, _tree.CHUNK)
+            copied.budget -= member.size
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _strip_first(name: str) -> str:
+    _, _, rest = _clean(name).partition("/")
+    return rest or "."
+
+
+def _clean(name: str) -> str:
+    return "/".join(p for p in name.split("/") if p not in ("", "."))

@@ -1,0 +1,365 @@
+"""What a sandbox left, read and copied without trusting it: links are kept as links and never
+followed, FIFOs, sockets and devices are never opened, and sizes are capped.
+
+The agent is root in its sandbox and may leave anything where the harness looks: a link to a
+host file (read on the host, it is the host's file), a FIFO (a read blocks forever), a directory
+where a file is expected, a gigabyte where a line is expected. Every walk here opens each path
+component with O_NOFOLLOW relative to its parent's descriptor, so a link anywhere on the path,
+even one swapped in while the walk runs, stops at that component instead of leading out of the
+sandbox's tree. Trees that come as an engine's archive are read by the same rules (_archive.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+COPY_MAX_BYTES = 256 << 20  # what one collection copies at most; the rest is listed, not copied
+READ_MAX_BYTES = 256 << 20  # what a sandbox's read_file returns at most (past it: not a file)
+LISTED_MAX = 20  # skipped entries named in the evidence; the rest are counted
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+CHUNK = 1 << 20
+HERE = PurePosixPath(".")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One path as found: its kind, and a regular file's first bytes."""
+
+    kind: str  # file | directory | symlink | fifo | socket | device | missing
+    data: bytes | None = None  # a file's content; None when it is larger than asked for
+    size: int = 0
+    target: str = ""  # where a symbolic link points (never followed)
+    at: str = ""  # the component that stopped the walk, when it is not the path itself
+
+    def describe(self) -> str:
+        where = f" at {self.at}" if self.at else ""
+        if self.kind == "symlink":
+            return f"a symbolic link{where} to {self.target}"
+        if self.kind == "file":
+            return f"a file of {self.size} bytes"
+        article = "an" if self.kind[0] in "aeiou" else "a"
+        return f"{article} {self.kind}{where}" if self.kind != "missing" else f"missing{where}"
+
+
+def kind_of(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "device"
+
+
+# -- host trees (the process backend's workspace, the harness's own directories) -----------------
+
+
+def open_dir(root: Path, rel: PurePosixPath, *, create: bool = False, replace: bool = False) -> int:
+    """A descriptor of `root/rel`, walked without following links. `root` is the harness's own
+    (trusted). With `create`, a missing component is made; with `replace`, so is one the sandbox
+    made a link or a file (it is removed first). Raises OSError (ELOOP, ENOTDIR, ENOENT)."""
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for part in _parts(rel):
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not (create or replace):
+                    raise
+                os.mkdir(part, 0o755, dir_fd=fd)
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                if not replace:
+                    raise
+                remove_entry(fd, part)
+                os.mkdir(part, 0o755, dir_fd=fd)
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_entry(root: Path, rel: PurePosixPath, *, max_bytes: int) -> Entry:
+    """What `root/rel` is; a regular file's content up to `max_bytes` (None beyond)."""
+    parts = _parts(rel)
+    parent = PurePosixPath(*parts[:-1]) if len(parts) > 1 else PurePosixPath()
+    try:
+        fd = open_dir(root, parent)
+    except OSError:
+        return _blocked(root, parts[:-1])
+    try:
+        return _entry_at(fd, parts[-1], max_bytes) if parts else Entry("directory")
+    finally:
+        os.close(fd)
+
+
+def _entry_at(dir_fd: int, name: str, max_bytes: int) -> Entry:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return Entry("missing")
+    kind = kind_of(st.st_mode)
+    if kind == "symlink":
+        return Entry(kind, target=os.readlink(name, dir_fd=dir_fd))
+    if kind != "file":
+        return Entry(kind)
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return Entry("missing")
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):  # swapped for something else since the stat
+            return Entry(kind_of(st.st_mode))
+        data = fh.read(max_bytes + 1)
+    return Entry("file", data if len(data) <= max_bytes else None, st.st_size)
+
+
+def _blocked(root: Path, parts: list[str]) -> Entry:
+    """Which component of a path stopped the walk, and as what."""
+    for depth in range(len(parts)):
+        found = read_entry(root, PurePosixPath(*parts[: depth + 1]), max_bytes=0)
+        if found.kind != "directory":
+            at = "/".join(parts[: depth + 1])
+            return Entry(found.kind, target=found.target, at=at)
+    return Entry("missing")
+
+
+def remove_entry(dir_fd: int, name: str) -> None:
+    """Remove `name` whatever it is, never following a link; absent is fine."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(name, dir_fd=dir_fd)
+    else:
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def empty_dir(dir_fd: int) -> None:
+    for name in os.listdir(dir_fd):
+        remove_entry(dir_fd, name)
+
+
+def write_file(dir_fd: int, name: str, src: Path) -> None:
+    """Copy the harness's file `src` to `name` in `dir_fd`, replacing whatever the sandbox left
+    there (a link is replaced, not written through)."""
+    remove_entry(dir_fd, name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    out = os.open(name, flags, stat.S_IMODE(src.stat().st_mode) & 0o777, dir_fd=dir_fd)
+    with os.fdopen(out, "wb") as dst, open(src, "rb") as fh:
+        shutil.copyfileobj(fh, dst, CHUNK)
+
+
+@dataclass
+class Copied:
+    """What a copy kept apart: entries it would not open, and files past its byte budget."""
+
+    skipped: list[str] = field(default_factory=list)
+    budget: int = COPY_MAX_BYTES
+
+    def skip(self, rel: str, why: str) -> None:
+        self.skipped.append(f"{rel} ({why})")
+
+    def listed(self) -> tuple[str, ...]:
+        return tuple(capped(self.skipped))
+
+
+def copy_tree(src_fd: int, dest: Path, copied: Copied | None = None, rel: str = "") -> Copied:
+    """Copy the directory open at `src_fd` into `dest`: regular files and directories as they
+    are, links as links, nothing else. Never raises for what it finds; never opens a FIFO."""
+    copied = copied if copied is not None else Copied()
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in sorted(os.listdir(src_fd)):
+        path = f"{rel}{name}"
+        try:
+            st = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
+        except OSError:
+            continue
+        kind = kind_of(st.st_mode)
+        target = dest / name
+        if kind == "symlink":
+            with contextlib.suppress(OSError):
+                os.symlink(os.readlink(name, dir_fd=src_fd), target)
+        elif kind == "directory":
+            with contextlib.suppress(OSError):
+                child = os.open(name, _DIR_FLAGS, dir_fd=src_fd)
+                with closing_fd(child):
+                    copy_tree(child, target, copied, f"{path}/")
+        elif kind != "file":
+            copied.skip(path, f"{Entry(kind).describe()}, not copied")
+        elif st.st_size > copied.budget:
+            copied.skip(path, f"{st.st_size} bytes, past the copy's budget")
+        else:
+            copied.budget -= _copy_file(src_fd, name, target, st.st_size)
+    return copied
+
+
+def _copy_file(src_fd: int, name: str, target: Path, size: int) -> int:
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=src_fd)
+    except OSError:
+        return 0
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return 0
+        with open(target, "wb") as out:
+            left = size  # no more than was there when it was listed: it may still be growing
+            while left > 0 and (chunk := fh.read(min(left, CHUNK))):
+                out.write(chunk)
+                left -= len(chunk)
+    return size
+
+
+def digests(root: Path, rel: PurePosixPath = HERE) -> dict[str, str]:
+    """Every entry under `root/rel`, relative path → what it is ("file:<sha256>", "directory",
+    "symlink:<target>", "fifo"...), read without following links. When `root/rel` is not a
+    directory, {".": what it is}."""
+    try:
+        fd = open_dir(root, rel)
+    except OSError:
+        found = read_entry(root, rel, max_bytes=0)
+        return {".": f"symlink:{found.target}" if found.kind == "symlink" else found.kind}
+    with closing_fd(fd):
+        found = {".": "directory"}
+        for path, kind, dir_fd, name in _walk(fd, ""):
+            link = os.readlink(name, dir_fd=dir_fd) if kind == "symlink" else ""
+            found[path] = digest_of(kind, lambda: _filesha256_of(dir_fd, name), link)  # noqa: B023
+        return found
+
+
+def inventory(dir_fd: int) -> list[str]:
+    """What a directory holds, one line per entry, for the evidence (at most LISTED_MAX)."""
+    lines = []
+    for path, kind, parent, name in _walk(dir_fd, ""):
+        if kind == "directory":
+            continue
+        lines.append(f"{path} ({_entry_at(parent, name, 0).describe()})")
+    return capped(lines)
+
+
+def renew_dir(root: Path, rel: PurePosixPath, keep_in: Path) -> tuple[str, ...]:
+    """Replace `root/rel` by a new, empty directory: a new inode, so a descriptor the sandbox kept
+    on the old one reaches only the old one. What was there is copied to `keep_in` by
+    `copy_tree`'s rules and listed."""
+    parent = open_dir(root, rel.parent, replace=True)
+    with closing_fd(parent):
+        found = _entry_at(parent, rel.name, 0)
+        listed: list[str] = []
+        if found.kind == "directory":
+            with closing_fd(os.open(rel.name, _DIR_FLAGS, dir_fd=parent)) as fd:
+                listed = inventory(fd)
+                copy_tree(fd, keep_in)
+        elif found.kind != "missing":
+            listed = [f"{rel.name} itself ({found.describe()})"]
+        for _ in range(3):  # a process of the sandbox may be recreating it meanwhile
+            remove_entry(parent, rel.name)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(rel.name, 0o755, dir_fd=parent)
+                break
+    return tuple(listed)
+
+
+def copy_in(src: Path, root: Path, rel: PurePosixPath) -> None:
+    """Put the harness's `src` (a file or a tree) at `root/rel`, replacing what the sandbox left
+    there and never writing through a link it made."""
+    if not src.is_dir():
+        with closing_fd(open_dir(root, rel.parent, replace=True)) as parent:
+            write_file(parent, rel.name, src)
+        return
+    with closing_fd(open_dir(root, rel, replace=True)) as fd:
+        empty_dir(fd)
+        _copy_host_tree(src, fd)
+
+
+def _copy_host_tree(src: Path, dest_fd: int) -> None:
+    for entry in os.scandir(src):
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry.path), entry.name, dir_fd=dest_fd)
+        elif entry.is_dir(follow_symlinks=False):
+            os.mkdir(entry.name, 0o755, dir_fd=dest_fd)
+            with closing_fd(os.open(entry.name, _DIR_FLAGS, dir_fd=dest_fd)) as child:
+                _copy_host_tree(Path(entry.path), child)
+        elif entry.is_file(follow_symlinks=False):
+            write_file(dest_fd, entry.name, Path(entry.path))
+
+
+def _walk(dir_fd: int, rel: str) -> Iterator[tuple[str, str, int, str]]:
+    """(relative path, kind, its directory's descriptor, its name), depth first, sorted."""
+    for name in sorted(os.listdir(dir_fd)):
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            continue
+        kind = kind_of(st.st_mode)
+        yield f"{rel}{name}", kind, dir_fd, name
+        if kind == "directory":
+            with (
+                contextlib.suppress(OSError),
+                closing_fd(os.open(name, _DIR_FLAGS, dir_fd=dir_fd)) as child,
+            ):
+                yield from _walk(child, f"{rel}{name}/")
+
+
+def _filesha256_of(dir_fd: int, name: str) -> str:
+    try:
+        fh = os.fdopen(os.open(name, _FILE_FLAGS, dir_fd=dir_fd), "rb")
+    except OSError:
+        return "unreadable"
+    with fh:
+        return sha256_of(fh)
+
+
+def digest_of(kind: str, sha256: Callable[[], str], target: str) -> str:
+    """One entry of `digests`, the same whether read on the host or from an archive."""
+    if kind == "file":
+        return f"file:{sha256()}"
+    return f"symlink:{target}" if kind == "symlink" else kind
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def capped(lines: list[str]) -> list[str]:
+    """At most LISTED_MAX lines named, the rest counted."""
+    more = len(lines) - LISTED_MAX
+    return lines[:LISTED_MAX] + ([f"and {more} more"] if more > 0 else [])
+
+
+def _parts(rel: PurePosixPath) -> list[str]:
+    parts = [p for p in rel.parts if p not in ("/", ".", "")]
+    if ".." in parts:
+        raise OSError(f"{rel}: '..' is not a path inside a sandbox")
+    return parts
+
+
+def sha256_of(fh: object) -> str:
+    digest = hashlib.sha256()
+    read = getattr(fh, "read", None)
+    while read is not None and (chunk := read(CHUNK)):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def closing_fd(fd: int) -> Iterator[int]:
+    try:
+        yield fd
+    finally:
+        os.close(fd)
