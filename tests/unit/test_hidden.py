@@ -112,3 +112,26 @@ def test_a_covariate_off_its_usual_value_in_a_handful_of_trials_is_not_fitted() 
     result = hidden_variables(pd.DataFrame(rows))
     assert result is not None and result.estimable
     assert [c.name for c in result.coefficients] == ["host_load1"]
+
+
+def test_a_covariate_with_a_narrow_range_is_judged_across_its_range_not_per_unit() -> None:
+    """A host load between 2.0 and 2.1 with an ordinary effect (2 log-odds across that range) has
+    a per-unit coefficient of about 20: a finding, matching statsmodels, not a separation."""
+    rng = np.random.default_rng(7)
+    trials = _trials(25, 40, 0.0, seed=7)
+    u = rng.random(len(trials))
+    trials["host_load1"] = 2.0 + 0.1 * u
+    logit = rng.normal(0, 1, 25)[trials["task"].str[1:].astype(int)] + 2.0 * (u - 0.5)
+    trials["status"] = np.where(
+        rng.random(len(trials)) < 1 / (1 + np.exp(-logit)), "passed", "failed"
+    )
+    result = hidden_variables(trials)
+    assert result is not None and result.estimable, result
+    load = next(c for c in result.coefficients if c.name == "host_load1")
+    frame = trials.assign(y=(trials["status"] == "passed").astype(float))
+    frame = frame[frame.groupby("task")["y"].transform("std") > 0]
+    ref = smf.glm(
+        "y ~ local_hour + host_load1 + C(task)", frame, family=sm.families.Binomial()
+    ).fit(cov_type="cluster", cov_kwds={"groups": pd.factorize(frame["task"])[0]})
+    assert load.coef == pytest.approx(ref.params["host_load1"], rel=1e-6)
+    assert abs(load.coef) > 10 and load.ci[0] > 0

@@ -71,7 +71,10 @@ ROWS_PER_TASK = 50  # enough trials per task for its fixed effect; more buys lit
 # A covariate off its usual value in fewer trials than this (e.g. the last trial of a run, alone
 # in flight) would be fitted on a handful of points: quasi-separation, not a finding.
 MIN_VARIED_ROWS = 10
-MAX_ABS_LOG_ODDS = 10.0  # beyond this per unit, the fit has run off to infinity
+# Beyond this change in log-odds across a covariate's p10–p90 range (an odds ratio of 22,000),
+# the fit has run off to infinity. Judged across the range, not per unit: a load that moves by
+# 0.1 has a large per-unit coefficient for an ordinary effect.
+MAX_ABS_LOG_ODDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,11 +295,22 @@ def _fit(
     out = []
     for i, name in enumerate(names, start=1):
         coef, se = float(result.params[i]), float(result.bse[i])
-        if not (math.isfinite(coef) and math.isfinite(se)) or abs(coef) > MAX_ABS_LOG_ODDS:
-            raise ValueError(f"{name}: log-odds {coef:.3g} per unit (quasi-separation)")
+        across = coef * _span(candidates[name])
+        if not (math.isfinite(coef) and math.isfinite(se)) or abs(across) > MAX_ABS_LOG_ODDS:
+            raise ValueError(
+                f"{name}: log-odds {coef:.3g} per unit, {across:.3g} across its range "
+                "(quasi-separation)"
+            )
         ci = (coef - z * se, coef + z * se)
         out.append(Coefficient(name, coef, se, ci, float(result.pvalues[i]), math.exp(coef)))
     return tuple(out), collinear, _in_words(caught)
+
+
+def _span(column: pd.Series) -> float:
+    """The p10–p90 range, or the whole range for a column mostly at one value (a weekday
+    dummy): what the covariate moved by in the data."""
+    low, high = float(column.quantile(0.1)), float(column.quantile(0.9))
+    return high - low if high > low else float(column.max() - column.min())
 
 
 COLLINEAR = (
