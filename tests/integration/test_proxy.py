@@ -141,6 +141,28 @@ def test_every_api_streamed_or_not_is_relayed_and_recorded_as_the_sdk_read_it(
     assert REAL_KEY not in text and relay.token not in text
 
 
+def test_calls_ending_together_are_written_in_the_order_they_are_recorded(
+    proxy: tuple[ModelProxy, dict[str, str]], tmp_path: Path
+) -> None:
+    """A CLI may have two calls in flight (Codex does): conversation.jsonl lists them in the
+    order of the trial's calls, one line each."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    relay, urls = proxy
+    client = _openai(urls, relay.token)
+    hi = [{"role": "user", "content": "hi"}]
+    with ThreadPoolExecutor(16) as pool:
+        for _ in range(4):
+            list(
+                pool.map(
+                    lambda _: client.chat.completions.create(model="m", messages=hi), range(16)
+                )
+            )
+    lines = (tmp_path / "conversation.jsonl").read_text().splitlines()
+    assert [json.loads(line)["call"] for line in lines] == [c.model_dump() for c in relay.calls]
+    assert len(lines) == 64
+
+
 def test_a_request_without_the_trials_token_is_refused_and_never_relayed(
     proxy: tuple[ModelProxy, dict[str, str]], model: ScriptedModel
 ) -> None:

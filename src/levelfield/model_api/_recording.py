@@ -169,22 +169,25 @@ class CallLog:
             retry_after_s=ex.retry_after_s,
             error=self.masker.text(error)[:500] if error else None,
         )
-        with self._settled:
+        line = self._conversation_line(ex, call)
+        with self._settled:  # one lock for both: the conversation's lines in the calls' order
             if ex.recorded or self._sealed:
                 return
             ex.recorded = True
             self._calls.append(call)
             if ex.answered and ex.error is None:  # what the agent got whole, it may have run
                 self._tool_calls += [(c, latency) for c in ex.reader.calls]
-        self._write_conversation(ex, call)
+            if line is not None and self.conversation is not None:
+                with open(self.conversation, "a") as out:
+                    out.write(line)
 
     def trajectory(self) -> list[dict[str, object]]:
         with self._settled:
             return trajectory_steps(list(self._tool_calls))
 
-    def _write_conversation(self, ex: Exchange, call: ApiCall) -> None:
+    def _conversation_line(self, ex: Exchange, call: ApiCall) -> str | None:
         if self.conversation is None:
-            return
+            return None
         entry = {
             "call": call.model_dump(),
             "method": ex.method,
@@ -193,9 +196,7 @@ class CallLog:
             "answer": ex.reader.events if ex.reader.events else None,
             "error": ex.error,
         }
-        text = json.dumps(self.masker.value(entry))
-        with self._settled, open(self.conversation, "a") as out:
-            out.write(text + "\n")
+        return json.dumps(self.masker.value(entry)) + "\n"
 
 
 def _digest(body: bytes) -> str:
