@@ -91,6 +91,15 @@ def _finished(proc: subprocess.Popen[str], jobs: Path) -> Path:
     return job
 
 
+def _no_cgroup_left(*harbor_pids: int) -> None:
+    """Each Harbor process removes its run's cgroup as it exits."""
+    from levelfield.sandbox._cgroup import PREFIX, detect
+
+    bases = detect().bases.values()
+    runs = [base / PREFIX / f"harbor-{pid}" for base in bases for pid in harbor_pids]
+    assert not [run for run in runs if run.exists()]
+
+
 def _results(job: Path) -> dict[str, dict]:
     found = {}
     for path in job.glob("*/result.json"):
@@ -127,6 +136,7 @@ def test_harbor_on_levelfield_books_the_oom_kill_under_strict_and_passes_under_3
                             "--ek", "floor=1x", "--ek", "ceiling=3x")  # fmt: skip
     strict_job = _finished(strict_run, tmp_path / "strict")
     loose_job = _finished(loose_run, tmp_path / "3x")
+    _no_cgroup_left(strict_run.pid, loose_run.pid)  # both reaped the same dead runs at once
 
     strict, loose = _results(strict_job), _results(loose_job)
     for name, backend in (("spike-image", "oci"), ("spike-host", "process")):

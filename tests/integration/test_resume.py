@@ -93,3 +93,38 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_trials(
         run_id = store.meta()["run_id"]
         assert all(r.outcome.value == "passed" for r in store.records())  # no half-done trial
     assert leftovers(run_id, out) == []
+
+
+def test_two_harnesses_reaping_the_same_dead_runs_at_once_both_finish() -> None:
+    """Two Harbor processes that start together each reap what dead ones left; the runs one of
+    them removes vanish under the other's feet, which must not fail its trial."""
+    import threading
+
+    from levelfield.sandbox._cgroup import PREFIX, detect, reap
+
+    from ..conftest import missing_sandbox_prerequisites, require
+
+    require(missing_sandbox_prerequisites(), "cgroups")
+    host = detect()
+    runs = [f"reap-race-{os.getpid()}-{i}" for i in range(60)]
+    for run in runs:
+        for base in host.bases.values():
+            (base / PREFIX / run / "trial").mkdir(parents=True)
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def reaper() -> None:
+        start.wait()
+        for run in runs:
+            try:
+                reap(host, run)
+            except BaseException as exc:  # collected for the assertion
+                errors.append(exc)
+
+    threads = [threading.Thread(target=reaper) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert not [r for r in runs for b in host.bases.values() if (b / PREFIX / r).exists()]

@@ -9,6 +9,8 @@ runs whose process is gone (a reused pid only postpones that).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -32,9 +34,21 @@ def reap_dead_runs(backend: Any) -> int:
         if backend.name in _reaped:
             return 0
         _reaped.add(backend.name)
+    if backend.name == "process":
+        atexit.register(_remove_own_run, backend)
     dead = sorted(r for r in _run_ids(backend) if not _alive(r))
     removed = sum(int(backend.reap(r)) for r in dead)
     return removed + (_orphan_disks() if backend.name == "process" else 0)
+
+
+def _remove_own_run(backend: Any) -> None:
+    """At the Harbor process's exit, its run's cgroup, empty once every trial has stopped (a
+    trial still running keeps it, and the next Harbor process reaps it)."""
+    from levelfield.sandbox._cgroup import PREFIX
+
+    for base in backend.cgroups.bases.values():
+        with contextlib.suppress(OSError):
+            (base / PREFIX / run_id()).rmdir()
 
 
 def _orphan_disks() -> int:

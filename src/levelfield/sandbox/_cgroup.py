@@ -371,10 +371,16 @@ def _pids_below(directory: Path) -> Iterator[int]:
 
 
 def remove_tree(directory: Path) -> None:
-    """rmdir depth-first; a cgroup can take a moment to become removable after its last exit."""
+    """rmdir depth-first; a cgroup can take a moment to become removable after its last exit.
+    Another harness may be removing the same tree (two Harbor processes reaping one dead run)."""
+    try:
+        children = sorted(
+            (p for p in directory.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)
+        )
+    except FileNotFoundError:
+        children = []
     if not directory.is_dir():
         return
-    children = sorted((p for p in directory.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
     for path in [*children, directory]:
         for _ in range(50):
             try:
@@ -394,8 +400,10 @@ def reap(host: CgroupHost, run_id: str | None = None) -> list[Path]:
         root = base / PREFIX
         targets = [root / run_id] if run_id else ([root] if root.is_dir() else [])
         for target in targets:
-            if target.is_dir():
+            try:
                 kill_cgroup_processes(target)
                 removed += [p for p in target.iterdir() if p.is_dir()]
-                remove_tree(target)
+            except FileNotFoundError:  # gone: another harness reaped the same dead run
+                continue
+            remove_tree(target)
     return removed
