@@ -8,12 +8,15 @@ The engine fixtures come from test_oci (each test runs against both engines), he
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -299,10 +302,34 @@ def engine_on_a_small_disk(tmp_path: Path, stand_ins: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        # conmon runs `podman --root DISK... container cleanup` as its container exits, maybe
+        # after the service: that podman would bind the store's overlay dir again, on the root
+        # disk once ours is unmounted. Wait for every process naming the disk first.
+        _wait_for_processes_naming(disk)
         _unmount_below(run, disk)  # dockerd's netns files, podman's bind of its overlay dir
         shutil.rmtree(run, ignore_errors=True)
         unmount(disk)
         assert not [m for m in _mounts() if m.startswith((str(run), str(disk)))], "leaked mounts"
+
+
+def _wait_for_processes_naming(path: Path, timeout_s: float = 60) -> None:
+    """Until no process has `path` in its command line; SIGKILL what is left after the timeout."""
+    def naming() -> list[int]:
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if str(path).encode() in cmdline.read_bytes():
+                    found.append(int(cmdline.parent.name))
+            except OSError:
+                continue
+        return [pid for pid in found if pid != os.getpid()]
+
+    deadline = time.monotonic() + timeout_s
+    while naming() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in naming():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _mounts() -> list[str]:

@@ -163,7 +163,10 @@ def test_store_equals_what_the_local_executor_writes_for_the_same_plan(
         concurrency=2,
         admission=Admission(2, 8 * GIB),
     )
-    by_local = _execute(local, trials, local_dir)
+    try:
+        by_local = _execute(local, trials, local_dir)
+    finally:  # what `levelfield run` does after its executor: the run's own cgroup goes too
+        backend.reap("local-" + local_dir.name)
     by_ray = _execute(_ray_executor(ray_dir), trials, ray_dir)
 
     def table(records: list[TrialRecord]) -> dict[str, tuple[str, str, str, int]]:
