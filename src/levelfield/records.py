@@ -105,6 +105,12 @@ class Evidence(_Frozen):
         description="Kills of the trial's processes at a limit not its own ceiling (the host "
         "ran out, or a parent cgroup's limit), from the kernel log; oom_kills counts them too.",
     )
+    left_running: tuple[str, ...] = Field(
+        (),
+        description="Processes the agent left running when grading began (pid in the sandbox, "
+        "command line, what it listened on): they ran beside the grader, apart from it, and "
+        "ended with the sandbox.",
+    )
     notes: tuple[str, ...] = ()
 
 

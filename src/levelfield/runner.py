@@ -35,7 +35,7 @@ from levelfield.records import AgentSetup, Evidence, HostContext, Telemetry, Tri
 from levelfield.sandbox import Backend, Sandbox
 from levelfield.tasks import Task
 from levelfield.telemetry import Sampler, TrialWatch, host_context
-from levelfield.verifier import run_verifier
+from levelfield.verifier import GRADER_LOGS, LEFT_BY_AGENT, run_verifier
 
 ERROR_TEXT_CHARS = 2000
 
@@ -103,11 +103,14 @@ def run_trial(
                 watch.finish()
                 skipped = box.collect_logs(trial_dir / "logs")
                 log.notes += tuple(f"not copied from /logs: {entry}" for entry in skipped)
+                _place_grader_logs(trial_dir)
                 ctx.track(box, alive=False)
     except Exception as exc:  # a harness bug is recorded too; cancellation propagates
         log.error = exc
         log.api_calls = log.api_calls or tuple(getattr(exc, "calls", ()))
     log.evidence = with_outcome_notes(with_log_evidence(log), log)
+    if log.evidence is not None and log.left_running:
+        log.evidence = log.evidence.model_copy(update={"left_running": log.left_running})
     record = _record(trial, ctx, log, limits, host, sampler, phase_s, started, t0)
     record = record.model_copy(update={"telemetry": watch.add_to(record.telemetry)})
     record = masker.record(record)
@@ -319,6 +322,7 @@ def _phases(
     log.verifier, log.reward = verdict.phase, verdict.reward
     log.graded_nothing, log.grader_broken = verdict.graded_nothing, verdict.grader_broken
     log.tampered, log.notes = verdict.tampered, (*log.notes, *verdict.notes)
+    log.left_running = verdict.left_running
     phase_s["verifier"] = time.monotonic() - t
 
 
@@ -360,6 +364,24 @@ def _write_trajectory(
         doc["setup"] = setup.model_dump(mode="json")
     doc["steps"] = list(run.steps) if run is not None else []
     (trial_dir / "trajectory.json").write_text(json.dumps(masker.value(doc), indent=2))
+
+
+def _place_grader_logs(trial_dir: Path) -> None:
+    """The grader's /logs/verifier becomes logs/verifier beside the agent's logs. Anything the
+    agent's own processes wrote to their /logs/verifier meanwhile is kept aside, as before the
+    grader began (the verifier's LEFT_BY_AGENT)."""
+    graders = trial_dir / GRADER_LOGS
+    if not graders.is_dir():
+        return
+    theirs = trial_dir / "logs" / "verifier"
+    if theirs.is_dir() and not theirs.is_symlink() and any(theirs.iterdir()):
+        theirs.rename(trial_dir / f"{LEFT_BY_AGENT}-while-grading")
+    elif theirs.is_dir() and not theirs.is_symlink():
+        theirs.rmdir()
+    elif theirs.exists() or theirs.is_symlink():
+        theirs.unlink()
+    theirs.parent.mkdir(parents=True, exist_ok=True)
+    graders.rename(theirs)
 
 
 def _fresh_dir(path: Path) -> Path:

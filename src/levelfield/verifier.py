@@ -4,12 +4,18 @@ The tests enter the sandbox only now, after the agent phase, so the agent never 
 reward is /logs/verifier/reward.txt (a number) or reward.json ({"reward": x}, or else the mean of
 its numeric values); neither file means the verifier failed, which is not the agent's failure.
 
-The agent is untrusted, and a process it leaves running shares the sandbox with the grader (as in
-Harbor). So the grader gets a new, empty /logs/verifier (what the agent left there is kept aside
-as evidence); /tests is checked against the task's own tests before test.sh runs and after it
-ends (a change is `grader_tampered`, the agent's failure); and the reward is read as a regular
-file, never through a link, capped, and only as a finite number in [0, 1]. Anything else there
-(a link, a FIFO, a directory, `true`, NaN, 12) is a verifier error that says what it found.
+The agent is untrusted, and a process it leaves running is still there while the grader runs.
+So the grader stands apart (`sandbox/grader.py`): its own PID and mount namespaces beside the
+agent's, with /tests, its /logs/verifier, a fresh HOME and TMPDIR on a disk of its own that no
+mount of the agent's holds, the agent's work state bound in, the sandbox's network joined, and a
+witness that names (and refuses) any other process touching its files: such a touch is
+`grader_tampered`, the agent's failure. What the agent left running is listed in the evidence.
+Where a backend cannot set that up (a remote engine), the grader runs in the sandbox, as in
+Harbor: a new, empty /logs/verifier, /tests checked from outside before test.sh runs, and the
+trial's notes say the grader did not stand apart. Either way /tests is hashed before and after
+test.sh (a change is `grader_tampered`), and the reward is read as a regular file, never through
+a link, capped, and only as a finite number in [0, 1]. Anything else there (a link, a FIFO, a
+directory, `true`, NaN, 12) is a verifier error that says what it found.
 
 A reward can also stand on no test at all: Terminal-Bench's test.sh writes 0 whenever pytest
 exits non-zero, including when `uvx` could not even download pytest. So when test.sh names a
@@ -33,9 +39,10 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Protocol
 
 from levelfield.records import PhaseResult
-from levelfield.sandbox import Sandbox, _tree
+from levelfield.sandbox import Sandbox, _tree, grader
 from levelfield.tasks import Task
 
 VERIFIER_DIR = PurePosixPath("/logs/verifier")
@@ -45,6 +52,12 @@ REWARD_JSON = VERIFIER_DIR / "reward.json"
 REWARD_MAX_BYTES = 64 << 10  # a number, or a small JSON object: more is not a reward
 TEST = "bash /tests/test.sh"
 LEFT_BY_AGENT = "left-in-logs-verifier"  # in the trial directory: what the agent left there
+GRADER_LOGS = "logs-verifier"  # in the trial directory: the grader's /logs/verifier, until the
+# runner puts it at logs/verifier beside the agent's logs
+IN_SANDBOX = (
+    "the grader ran in the agent's sandbox (this backend cannot start it apart here): a process "
+    "the agent left running shared it"
+)
 # What test runners write beside the tests they run (pytest's caches, Python's bytecode): an
 # addition like these is the grader's own. An added conftest.py or pytest.ini is not: pytest
 # would load it as part of the tests.
@@ -94,10 +107,79 @@ class Verdict:
     grader_broken: str | None = None  # how the agent's own changes broke the grader
     tampered: tuple[str, ...] = ()  # what of the grader changed: the agent's doing
     notes: tuple[str, ...] = ()  # what the agent left in /logs/verifier; what the reward was
+    left_running: tuple[str, ...] = ()  # the agent's processes, when grading began
+
+
+class Reader(Protocol):
+    """Where the verifier reads what a path holds: the grader's disk for the grader's own paths,
+    the sandbox for the rest (a report the grader wrote into the workdir)."""
+
+    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry: ...
 
 
 def run_verifier(task: Task, box: Sandbox, *, trial_dir: Path) -> Verdict:
     left = box.renew_dir(VERIFIER_DIR, keep_in=trial_dir / LEFT_BY_AGENT)
+    left_notes = _line(
+        f"the agent left in its /logs/verifier (kept in {LEFT_BY_AGENT}/; the grader's is its "
+        "own)",
+        left,
+    )
+    started = grader.Grader.start(box, trial_dir)
+    if started is None:
+        return _in_sandbox(task, box, trial_dir, left_notes)
+    try:
+        return _apart(task, box, started, trial_dir, left_notes)
+    finally:
+        started.close()
+
+
+def _apart(
+    task: Task, box: Sandbox, judge: grader.Grader, trial_dir: Path, left_notes: list[str]
+) -> Verdict:
+    judge.copy_in(task.tests_dir, TESTS_DIR)
+    shipped = _tree.digests(task.tests_dir)
+    log = trial_dir / "verifier.log"
+    offset = log.stat().st_size if log.exists() else 0
+    command = f"{judge.view.prelude}\n{TEST}" if judge.view.prelude else TEST
+    phase = judge.run(command, timeout_s=task.verifier_timeout_s, log_path=log)
+    changed, added = tests_changes(shipped, judge.digests(TESTS_DIR))
+    reader = _Both(judge, box)
+    reward, problem = read_reward(reader)
+    intruded = judge.intrusions()
+    tampered = [
+        *_line("a process outside the grader touched the grader's files", intruded),
+        *_line("/tests changed while the grader ran", changed),
+    ]
+    notes = [
+        *left_notes,
+        *_line("/tests gained while the grader ran", added),
+        *([problem] if problem else []),
+        *judge.notes(),
+    ]
+    output = _read_from(log, offset)
+    nothing = graded_nothing(task, reader, output)
+    broken = grader_broken(box, output) if nothing is not None else None
+    if judge.setup_failure is not None:
+        nothing, broken = _not_started(judge)
+    skipped = judge.keep_logs(trial_dir / GRADER_LOGS)
+    notes += [f"not copied from the grader's /logs/verifier: {entry}" for entry in skipped]
+    return Verdict(
+        phase, reward, nothing, broken, tuple(tampered), tuple(notes), judge.view.leftovers
+    )
+
+
+def _not_started(judge: grader.Grader) -> tuple[str, str | None]:
+    """The grader's namespaces failed to form: the agent's doing when it has since put a link
+    where the grader's view binds into its folders, else the harness's."""
+    said = f"the grader could not start: {judge.setup_failure}"
+    linked = judge.view.linked()
+    if linked:
+        return said, f"the agent put a link on the way of {', '.join(linked)}; {said}"
+    return said, None
+
+
+def _in_sandbox(task: Task, box: Sandbox, trial_dir: Path, left_notes: list[str]) -> Verdict:
+    """Where the grader cannot stand apart: in the agent's sandbox, checked from outside."""
     box.copy_in(task.tests_dir, TESTS_DIR)
     shipped = _tree.digests(task.tests_dir)
     before = _not_fresh(box, shipped)
@@ -108,11 +190,8 @@ def run_verifier(task: Task, box: Sandbox, *, trial_dir: Path) -> Verdict:
     reward, problem = read_reward(box)
     tampered = [*before, *_line("/tests changed while the grader ran", changed)]
     notes = [
-        *_line(
-            f"the agent left in /logs/verifier (kept in {LEFT_BY_AGENT}/; the grader got a "
-            "new, empty directory)",
-            left,
-        ),
+        IN_SANDBOX,
+        *left_notes,
         *_line("/tests gained while the grader ran", added),
         *([problem] if problem else []),
     ]
@@ -120,6 +199,17 @@ def run_verifier(task: Task, box: Sandbox, *, trial_dir: Path) -> Verdict:
     nothing = graded_nothing(task, box, output)
     broken = grader_broken(box, output) if nothing is not None else None
     return Verdict(phase, reward, nothing, broken, tuple(tampered), tuple(notes))
+
+
+@dataclass(frozen=True, slots=True)
+class _Both:
+    judge: grader.Grader
+    box: Sandbox
+
+    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
+        if self.judge.owns(path):
+            return self.judge.read_entry(path, max_bytes=max_bytes)
+        return self.box.read_entry(path, max_bytes=max_bytes)
 
 
 def _line(what: str, items: list[str] | tuple[str, ...]) -> list[str]:
@@ -170,14 +260,15 @@ def named_reports(test_sh: str, workdir: PurePosixPath) -> list[PurePosixPath]:
     return found
 
 
-def graded_nothing(task: Task, box: Sandbox, output: str) -> str | None:
+def graded_nothing(task: Task, box: Reader, output: str) -> str | None:
     try:
         test_sh = (task.tests_dir / "test.sh").read_text(errors="replace")
     except OSError:
         return None
     failures = [line for line in output.splitlines() if BOOTSTRAP_FAILURE.search(line)]
     for report in named_reports(test_sh, task.workdir):
-        data = box.read_file(report)
+        found = box.read_entry(report, max_bytes=_tree.READ_MAX_BYTES)
+        data = found.data if found.kind == "file" else None
         if data is None or not data.strip():
             state = "missing" if data is None else "empty"
             return f"test.sh names {report} but it is {state} after the verifier" + _quote(
@@ -240,7 +331,7 @@ def _read_from(log: Path, offset: int) -> str:
         return ""
 
 
-def read_reward(box: Sandbox) -> tuple[float | None, str | None]:
+def read_reward(box: Reader) -> tuple[float | None, str | None]:
     """The reward and, when there is none, what was found instead. reward.txt decides when it
     exists in any form: a link or a FIFO in its place is not a fallback to reward.json."""
     for path, parse in ((REWARD_TXT, strict_reward_txt), (REWARD_JSON, strict_reward_json)):

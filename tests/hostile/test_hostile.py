@@ -161,8 +161,11 @@ def test_each_attack_gets_its_verdict(hostile: HostileRun, attack: Attack) -> No
         f"{attack.name} on {hostile.backend}: {record.reason} ({record.error}); {evidence}"
     )
     assert attack.note in evidence, evidence
-    agent_log = (_trial_dir(hostile, attack) / "agent.log").read_text(errors="replace")
-    assert not ESCAPED.search(agent_log), agent_log[-2000:]
+    assert attack.left in " | ".join(record.evidence.left_running), record.evidence.left_running
+    trial = _trial_dir(hostile, attack)
+    for log in (trial / "agent.log", trial / "logs" / "agent" / "watcher.log"):
+        said = log.read_text(errors="replace") if log.is_file() else ""
+        assert not ESCAPED.search(said), said[-2000:]
 
 
 def test_the_ceiling_held_against_the_escape(hostile: HostileRun) -> None:
@@ -221,6 +224,6 @@ def test_attack_table(hostile: HostileRun) -> None:
     forged = [
         a.name
         for a in ATTACKS
-        if a.name != "honest" and hostile.records[a.name].outcome is Outcome.PASSED
+        if not a.name.startswith("honest") and hostile.records[a.name].outcome is Outcome.PASSED
     ]
     assert forged == []

@@ -177,13 +177,17 @@ def test_the_agent_sees_no_tests_no_network_and_no_host_files(
 def test_background_processes_live_until_the_verifier_then_nothing_is_left(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
+    """The grader cannot see the agent's processes (it stands apart), but it sees their work: a
+    heartbeat the daemon keeps writing is fresh while the grader runs."""
     task = make_task(
         "daemon",
-        solve="sleep 300 & echo $! > /app/pid; touch /app/done",
-        test='kill -0 "$(cat /app/pid)"',
+        solve="nohup setsid bash -c 'while :; do date +%s%N > /app/beat; sleep 0.05; done' "
+        ">/dev/null 2>&1 & touch /app/done",
+        test='a=$(cat /app/beat); sleep 0.5; [ "$(cat /app/beat)" != "$a" ]',
     )
     records = run_records(task, tmp_path / "r", policies=["strict"], repeats=2, concurrency=2)
     assert [r.outcome for r in records] == [Outcome.PASSED, Outcome.PASSED]
+    assert all("while :" in " ".join(r.evidence.left_running) for r in records)
     assert leftovers(records[0].run_id, tmp_path / "r") == []
     assert not list((tmp_path / "r" / "trials").glob("*/work/*"))  # workspaces removed
 

@@ -108,6 +108,10 @@ class ChrootSandbox:
     def network_namespace(self) -> Path | None:
         return None
 
+    def grader_view(self, scratch: Path) -> None:
+        """A toy: its grader runs in the sandbox, as where an engine is remote."""
+        return None
+
     def close(self) -> None:
         pass
 

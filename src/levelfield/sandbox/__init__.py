@@ -6,9 +6,11 @@ name to a module so that an SDK (docker, ray) loads only when its backend is use
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import ClassVar, Protocol
 
@@ -73,6 +75,34 @@ class ReadOnlyMount:
     target: PurePosixPath
 
 
+@dataclass
+class GraderView:
+    """What a backend lends the grader: how to build its root from the agent's work state, the
+    sandbox's network namespace and cgroup, and the environment a fresh process there starts
+    with. Made when grading begins, after the agent's phase."""
+
+    root: list[str]  # bubblewrap arguments that build the root, without the grader's own paths
+    network: Path  # /proc/PID/ns/net of the sandbox
+    cgroup_procs: Sequence[Path]  # the trial cgroup's procs files (one per v1 hierarchy)
+    env: dict[str, str]  # the image's (or the host userland's) base environment
+    workdir: PurePosixPath
+    hostname: str = "sandbox"
+    capabilities: Sequence[str] = DEFAULT_CAPABILITIES
+    fds: list[int] = field(default_factory=list)  # bound by descriptor; closed with the view
+    leftovers: tuple[str, ...] = ()  # what the agent left running when grading began
+    notes: tuple[str, ...] = ()  # what the backend reset, or could not
+    prelude: str = ""  # run in the grader's shell before test.sh (oci: the uv shim's links)
+    # After the grader failed to start: which of its binds into the agent's folders the agent has
+    # since put a link on the way of (its doing, not the harness's).
+    linked: Callable[[], list[str]] = lambda: []
+
+    def close(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds.clear()
+
+
 class Sandbox(Protocol):
     """One started trial environment whose limits the kernel enforces."""
 
@@ -108,6 +138,10 @@ class Sandbox(Protocol):
 
     def observables(self) -> Observables: ...  # for the network meter and the health readings
     def network_namespace(self) -> Path | None: ...  # /proc/PID/ns/net, for the model proxy
+
+    # The agent's work state for the grader's own namespaces (grader.py); None where the grader
+    # cannot stand apart here (a remote engine), and then it runs in the sandbox, as in Harbor.
+    def grader_view(self, scratch: Path) -> GraderView | None: ...  # scratch: the grader's
 
     def close(self) -> None: ...
 

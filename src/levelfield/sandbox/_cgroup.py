@@ -21,7 +21,7 @@ import errno
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -343,6 +343,16 @@ def _int_or(path: Path, default: int | None) -> int | None:
         return int(_read(path))
     except (OSError, ValueError):
         return default
+
+
+# `sh` moves itself into every hierarchy of the cgroup, then becomes the real command, so that
+# no fork happens outside the limits (and no preexec_fn runs in a threaded parent).
+_JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+
+
+def joined(procs_files: Iterable[Path], argv: Sequence[str]) -> list[str]:
+    """`argv`, started inside the cgroup whose procs files are given (one per v1 hierarchy)."""
+    return ["/bin/sh", "-c", _JOIN, "sh", *map(str, procs_files), "--", *argv]
 
 
 def kill_cgroup_processes(directory: Path) -> None:

@@ -27,6 +27,7 @@ from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.records import Evidence, ImageRecord, PhaseResult
 from levelfield.sandbox import (
+    GraderView,
     Observables,
     Usage,
     _archive,
@@ -34,6 +35,7 @@ from levelfield.sandbox import (
     _container,
     _engine,
     _kernel_oom,
+    _oci_grader,
     _offline,
     _output,
     _tree,
@@ -89,6 +91,8 @@ class OciSandbox:
         self._created_s = time.time() - 1.0  # events are asked for from here on
         self._closed = False
         self._uv_shim = False
+        self.shim: tuple[Path, Path] | None = None  # the uv shim's sources (oci.py sets them)
+        self._engine_files: dict[str, bytes] = {}
         self.image: ImageRecord | None = None
         self.volume: _volumes.StorageVolume | None = None  # the storage ceiling, when on one
         self.secrets = Masker()  # masked in every log as it is written (oci.py sets the trial's)
@@ -96,9 +100,27 @@ class OciSandbox:
         self._storage_peak = 0
 
     def prepare(self, *, uv_shim: bool) -> None:
-        """Create /logs/{agent,verifier,artifacts}, as Harbor's mounts would."""
+        """Create /logs/{agent,verifier,artifacts}, as Harbor's mounts would, and keep the
+        engine's /etc/hosts and /etc/resolv.conf as they are before the agent runs."""
         self.api.put_archive(self.container_id, "/", _container.dirs_tar(LOG_DIRS))
         self._uv_shim = uv_shim
+        if self.cgroup is not None:
+            inspected = self.api.inspect_container(self.container_id)
+            self._engine_files = _oci_grader.snapshot_engine_files(inspected)
+
+    def grader_view(self, scratch: Path) -> GraderView | None:
+        """The container's filesystem, entered from this host (`_oci_grader.py`)."""
+        self._require_alive()
+        container = _oci_grader.Container(
+            inspected=self.api.inspect_container(self.container_id),
+            init_pid=self.init_pid,
+            cgroup=self.cgroup,
+            workdir=self.task.workdir,
+            engine_files=self._engine_files,
+            changes=self.changes(),
+            shim=self.shim if self._uv_shim else None,
+        )
+        return _oci_grader.grader_view(container, scratch)
 
     def exec(
         self,

@@ -78,14 +78,17 @@ strip --strip-unneeded bin/python3.* lib/python3.*/lib-dynload/*.so 2>/dev/null 
 for n in idle3 pip3 pydoc3 python3 python3-config; do ln -sf "$n" "bin/${{n%3}}"; done
 tar -C /out/root -czf /out/cpython.tar.gz usr
 """
-# Placed with /tests: what uv's installer script would have left, so `curl … | sh` (which cannot
-# resolve here and pipes nothing into sh) is harmless and `source $HOME/.local/bin/env` works.
-UV_SHIM_INSTALL = f"""set -e
+def uv_shim_install(uv_dir: str = SHIM_UV_DIR, python_dir: str = SHIM_PYTHON_DIR) -> str:
+    """Run before test.sh: what uv's installer script would have left in $HOME, linked to the
+    shim's uv, uvx and CPython (bound read-only at `uv_dir` and `python_dir`), so that `curl … |
+    sh` (which cannot resolve here and pipes nothing into sh) is harmless and `source
+    $HOME/.local/bin/env` works."""
+    return f"""set -e
 bin="$HOME/.local/bin"
 mkdir -p "$bin" "$HOME/.config/uv"
-ln -sf {SHIM_UV_DIR}/uv "$bin/uv"
-ln -sf {SHIM_UV_DIR}/uvx "$bin/uvx"
-command -v python3.13 >/dev/null 2>&1 || ln -sf {SHIM_PYTHON_DIR}/bin/python3.13 "$bin/python3.13"
+ln -sf {uv_dir}/uv "$bin/uv"
+ln -sf {uv_dir}/uvx "$bin/uvx"
+command -v python3.13 >/dev/null 2>&1 || ln -sf {python_dir}/bin/python3.13 "$bin/python3.13"
 cat >"$bin/env" <<'EOF'
 #!/bin/sh
 case ":${{PATH}}:" in
@@ -95,6 +98,9 @@ esac
 EOF
 [ -e "$HOME/.config/uv/uv.toml" ] || echo 'native-tls = true' >"$HOME/.config/uv/uv.toml"
 """
+
+
+UV_SHIM_INSTALL = uv_shim_install()
 
 Log = Callable[[str], None]
 
@@ -414,6 +420,12 @@ def prepare_uv_shim(cache_dir: Path, cpython: Path, log: Log = print) -> None:
 
 def _shim_python_dir(cache_dir: Path, version: str) -> Path:
     return cache_dir / "uv-python" / f"cpython-{version}"
+
+
+def shim_sources(cache_dir: Path) -> tuple[Path, Path] | None:
+    """The cached uv and CPython the shim binds, when prepared."""
+    uv_dir, python_dir = _shim_sources(cache_dir)
+    return (uv_dir, python_dir) if (uv_dir / "uvx").is_file() and python_dir else None
 
 
 def _shim_sources(cache_dir: Path) -> tuple[Path, Path | None]:

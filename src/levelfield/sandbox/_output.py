@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import subprocess
 import threading
 from pathlib import Path
 
@@ -42,6 +44,29 @@ def signal_of(exit_code: int | None) -> int | None:
     if exit_code is None:
         return None
     return exit_code - 128 if 128 < exit_code < 160 else None
+
+
+def wait_or_kill(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait for a phase started in its own session; at the timeout kill its whole process group.
+    True if it timed out."""
+    try:
+        proc.wait(timeout=timeout_s)
+        return False
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return True
+
+
+def shell_exit_code(returncode: int) -> int:
+    """Shell convention: a death by signal N reads as 128 + N, as inside a container."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def signal_of_returncode(returncode: int) -> int | None:
+    """Popen reports a death by signal N as -N; a shell inside may have reported 128 + N."""
+    return -returncode if returncode < 0 else signal_of(returncode)
 
 
 class LogPump:

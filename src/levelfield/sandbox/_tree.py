@@ -181,9 +181,13 @@ class Copied:
         return tuple(capped(self.skipped))
 
 
-def copy_tree(src_fd: int, dest: Path, copied: Copied | None = None, rel: str = "") -> Copied:
+def copy_tree(
+    src_fd: int, dest: Path, copied: Copied | None = None, rel: str = "", *, modes: bool = False
+) -> Copied:
     """Copy the directory open at `src_fd` into `dest`: regular files and directories as they
-    are, links as links, nothing else. Never raises for what it finds; never opens a FIFO."""
+    are, links as links, nothing else. Never raises for what it finds; never opens a FIFO. With
+    `modes`, files and folders keep their permission bits (`dest` is fresh: nothing in it is a
+    link but the links it copies)."""
     copied = copied if copied is not None else Copied()
     dest.mkdir(parents=True, exist_ok=True)
     for name in sorted(os.listdir(src_fd)):
@@ -201,13 +205,17 @@ def copy_tree(src_fd: int, dest: Path, copied: Copied | None = None, rel: str = 
             with contextlib.suppress(OSError):
                 child = os.open(name, _DIR_FLAGS, dir_fd=src_fd)
                 with closing_fd(child):
-                    copy_tree(child, target, copied, f"{path}/")
+                    copy_tree(child, target, copied, f"{path}/", modes=modes)
+                if modes:
+                    os.chmod(target, stat.S_IMODE(st.st_mode))
         elif kind != "file":
             copied.skip(path, f"{Entry(kind).describe()}, not copied")
         elif st.st_size > copied.budget:
             copied.skip(path, f"{st.st_size} bytes, past the copy's budget")
         else:
             copied.budget -= _copy_file(src_fd, name, target, st.st_size)
+            if modes and target.exists():
+                os.chmod(target, stat.S_IMODE(st.st_mode))
     return copied
 
 

@@ -1,5 +1,5 @@
-"""The trial's writable disk: one filesystem holding /app, /logs, /tmp, /var/tmp, /tests,
-/solution and $HOME.
+"""The trial's writable disk: one filesystem holding /app, /logs, /tmp, /var/tmp, /solution and
+$HOME. (/tests is the grader's alone, on a disk of its own: `grader.py`.)
 
 With a storage ceiling it is an ext4 image of exactly that size, loop-mounted: writes past it
 fail with ENOSPC inside the sandbox, the host's disk is untouched, and the fill level is read from
@@ -21,7 +21,6 @@ from levelfield.errors import SandboxStartError
 # Sandbox path → directory under the workspace. The workdir (usually /app) is added per task.
 LAYOUT = {
     PurePosixPath("/logs"): "logs",
-    PurePosixPath("/tests"): "tests",
     PurePosixPath("/solution"): "solution",
     PurePosixPath("/tmp"): "tmp",
     PurePosixPath("/root"): "home",

@@ -233,6 +233,8 @@ class OciBackend:
             sandbox = OciSandbox(client, container_id, task, limits, notes)
             sandbox.image, sandbox.volume = image.record(), volume
             sandbox.secrets = secrets or sandbox.secrets
+            if self.settings.uv_shim:
+                sandbox.shim = _offline.shim_sources(self.settings.cache_dir)
             sandbox.prepare(uv_shim=self.settings.uv_shim)
             return sandbox
         except BaseException as exc:

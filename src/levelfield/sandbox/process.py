@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -27,6 +26,7 @@ from levelfield.records import Evidence, ImageRecord, PhaseResult
 from levelfield.sandbox import (
     BackendOptions,
     Enforcement,
+    GraderView,
     Observables,
     ReadOnlyMount,
     Usage,
@@ -35,6 +35,7 @@ from levelfield.sandbox import (
     _kernel_oom,
     _netns,
     _output,
+    _processes,
     _tree,
     _workspace,
 )
@@ -48,9 +49,6 @@ BASE_ENV = {
     "TERM": "dumb",
     "TMPDIR": "/tmp",
 }
-# `sh` moves itself into every hierarchy of the trial cgroup, then becomes the real command, so
-# that no fork happens outside the limits (and no preexec_fn runs in a threaded parent).
-_JOIN_CGROUP = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 
 
 class ProcessBackend:
@@ -200,6 +198,7 @@ class ProcessSandbox:
         self._lock = threading.Lock()
         self._closed = False
         self.network: _netns.TrialNetwork | None = None
+        self.hidden: tuple[Path, ...] = ()  # what the sandbox's views cover (the harness's own)
         self.kernel = _kernel_oom.KernelOomWatch()  # the host's OOM killer, from the start
         self.host_disk = _workspace.HostDiskWatch(None if workspace.image else workspace.root)
 
@@ -249,7 +248,7 @@ class ProcessSandbox:
         finally:
             os.close(read_fd)
         box = cls(task, limits, cgroup, workspace, init, init_pid, secrets)
-        box.network = network
+        box.network, box.hidden = network, tuple(hidden)
         box._pumps.append(pump)
         return box
 
@@ -290,21 +289,51 @@ class ProcessSandbox:
             )
         finally:
             os.close(write_fd)
-        timed_out = _wait_or_kill(proc, timeout_s)
+        timed_out = _output.wait_or_kill(proc, timeout_s)
         if not pump.drain():  # a background process still writes: its pump ends with it
             self._pumps.append(pump)
         code = proc.returncode
         return PhaseResult(
-            exit_code=None if timed_out else _exit_code(code),
-            signal=_signal_of(code) if not timed_out else None,
+            exit_code=None if timed_out else _output.shell_exit_code(code),
+            signal=_output.signal_of_returncode(code) if not timed_out else None,
             timed_out=timed_out,
             duration_s=time.monotonic() - started,
             output_tail=_output.tail(log_path, offset=offset),
         )
 
+    def grader_view(self, scratch: Path) -> GraderView:
+        """The agent's work state as the grader sees it: the host's userland read-only, with the
+        same entries hidden, and the workspace's binds but its /logs, of which only the agent's
+        own log folders come along (each opened without following a link the agent made)."""
+        logs = PurePosixPath("/logs")
+        binds = {t: s for t, s in self.workspace.binds.items() if t != logs}
+        root = [
+            *_bwrap.system_binds(),
+            *_bwrap.hiding(self.hidden, under_binds=binds),
+            *["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"],
+            *_bwrap.cgroup_view(self.cgroup.dirs),
+        ]
+        for target, source in sorted(binds.items()):
+            root += ["--bind", str(source), str(target)]
+        fds, notes = _agent_logs(self.workspace.binds[logs], root)
+        env = {k: v for k, v in BASE_ENV.items() if k not in ("HOME", "TMPDIR")}
+        leftovers = _processes.left_running(
+            self.cgroup.pids(), net_pid=self.init_pid, init=self.init_pid
+        )
+        return GraderView(
+            root=root,
+            network=Path(f"/proc/{self.init_pid}/ns/net"),
+            cgroup_procs=self.cgroup.procs_files(),
+            env=env,
+            workdir=self.task.workdir,
+            capabilities=_bwrap.CAPABILITIES,
+            fds=fds,
+            leftovers=leftovers,
+            notes=notes,
+        )
+
     def copy_in(self, src: Path, dest: PurePosixPath) -> None:
-        """Replaces whatever the agent left at `dest` (at /tests, it must not reach the
-        verifier); never writes through a link the agent made (it would land on the host)."""
+        """Never writes through a link the agent made (it would land on the host)."""
         _tree.copy_in(src, *self.workspace.split(dest))
 
     def read_file(self, path: PurePosixPath) -> bytes | None:
@@ -404,6 +433,22 @@ class ProcessSandbox:
         return Observables(network_pid=network_pid, pressure_dir=pressure)
 
 
+def _agent_logs(logs: Path, root: list[str]) -> tuple[list[int], tuple[str, ...]]:
+    """/logs/agent and /logs/artifacts for the grader's view, by descriptor: the agent may have
+    put a link where a folder was, and a bind by path would follow it out of the sandbox."""
+    fds: list[int] = []
+    notes: list[str] = []
+    for name in ("agent", "artifacts"):
+        try:
+            fd = _tree.open_dir(logs, PurePosixPath(name))
+        except OSError:
+            notes.append(f"/logs/{name} is not a folder: the grader does not see it")
+            continue
+        fds.append(fd)
+        root += ["--bind-fd", str(fd), f"/logs/{name}"]
+    return fds, tuple(notes)
+
+
 def _written(image: Path | None) -> int | None:
     return _workspace.written_bytes(image) if image is not None else None
 
@@ -414,7 +459,7 @@ def _trial_marker(cgroup: _cgroup.TrialCgroup) -> str:
 
 
 def _joined(cgroup: _cgroup.TrialCgroup, argv: list[str]) -> list[str]:
-    return ["/bin/sh", "-c", _JOIN_CGROUP, "sh", *map(str, cgroup.procs_files()), "--", *argv]
+    return _cgroup.joined(cgroup.procs_files(), argv)
 
 
 def _read_child_pid(
@@ -464,24 +509,3 @@ def _last_words(init: subprocess.Popen[bytes], log: Path, pump: _output.LogPump)
     pump.close()
     detail = log.read_text(errors="replace").strip()[-500:] if log.exists() else ""
     return detail or "no output"
-
-
-def _wait_or_kill(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    try:
-        proc.wait(timeout=timeout_s)
-        return False
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        return True
-
-
-def _exit_code(returncode: int) -> int:
-    """Shell convention: a death by signal N reads as 128 + N, as inside a container."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _signal_of(returncode: int) -> int | None:
-    """Popen reports a death by signal N as -N; a shell inside may have reported 128 + N."""
-    return -returncode if returncode < 0 else _output.signal_of(returncode)

@@ -1,0 +1,246 @@
+"""The grader stands apart: tests/test.sh runs in namespaces of its own, beside the agent's.
+
+A process the agent leaves running shares the agent's namespaces with anything else started
+there. Were the grader started there too, that process could watch for the tests and read the
+answers, rename a reward into place while test.sh runs, trace the grader or reach its files
+through /proc, and the agent's HOME and environment (a .curlrc, a usercustomize.py, a PATH)
+would shape the grader's own start. So the verifier phase is a second bubblewrap, started on the
+host, beside the agent's sandbox:
+
+- a PID namespace of its own, a sibling of the agent's (a child of the host's): the agent's
+  processes cannot see, signal or trace the grader's, nor reach its files through /proc;
+- a mount namespace of its own: /tests, the grader's /logs/verifier, its HOME and its TMPDIR
+  come from the grader's disk, which no mount of the agent's holds. The agent's work state (its
+  workdir, /tmp, /root, and on oci the whole filesystem it changed) is bound in as it is, since
+  that is what the grader checks;
+- the sandbox's network namespace: a service the task asked to be left running answers the
+  grader on the sandbox's network, its loopback included;
+- the trial's cgroup: the ceilings hold through grading, as they do in a container;
+- a clean start: an environment made by the harness (the image's, or the host userland's base),
+  never the agent's; a fresh HOME and TMPDIR; a default container's capabilities with
+  no-new-privileges. The backend resets what else the agent could have shaped (`GraderView`).
+
+While it runs, the witness (`_witness.py`) names every process that opens or writes the grader's
+disk and refuses any that is not the grader's. When test.sh ends its PID namespace ends with it,
+so nothing the grader started (nor anything started by the agent's code it ran) outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path, PurePosixPath
+
+from levelfield.errors import SandboxStartError
+from levelfield.masking import Masker
+from levelfield.records import PhaseResult
+from levelfield.sandbox import GraderView, Sandbox, _cgroup, _output, _tree, _witness, _workspace
+
+TESTS = PurePosixPath("/tests")
+VERIFIER = PurePosixPath("/logs/verifier")
+HOME = PurePosixPath("/run/levelfield-grader/home")
+TMPDIR = PurePosixPath("/run/levelfield-grader/tmp")
+# Where each grader path lives on its disk, and with which mode.
+LAYOUT = {TESTS: ("tests", 0o755), VERIFIER: ("verifier", 0o755), HOME: ("home", 0o700),
+          TMPDIR: ("tmp", 0o1777)}  # fmt: skip
+SCRATCH = "view"  # what a backend builds the grader's view from (oci: its /etc)
+# Sparse: the grader's downloads (uv, a CPython, pytest) take real space only as written.
+DISK_BYTES = 8 << 30
+
+
+class Grader:
+    """The grader's disk, its witness, and test.sh run in the grader's namespaces."""
+
+    def __init__(self, view: GraderView, disk: Path, image: Path, secrets: Masker) -> None:
+        self.view, self.disk, self.image, self.secrets = view, disk, image, secrets
+        self._intrusions: list[str] = []
+        self._notes: list[str] = list(view.notes)
+        self.setup_failure: str | None = None  # bubblewrap's words when the view failed to form
+
+    @classmethod
+    def start(cls, box: Sandbox, trial_dir: Path) -> Grader | None:
+        """The grader's disk, and the sandbox's view for it; None (and no disk) where the
+        backend cannot start the grader apart."""
+        disk, image = trial_dir / "grader", trial_dir / "grader.img"
+        disk.mkdir(parents=True, exist_ok=True)
+        _workspace.mount_ext4(image, disk, DISK_BYTES)
+        try:
+            for name, mode in LAYOUT.values():
+                (disk / name).mkdir(exist_ok=True)
+                (disk / name).chmod(mode)
+            (disk / SCRATCH).mkdir(mode=0o700, exist_ok=True)
+            view = box.grader_view(disk / SCRATCH)
+        except BaseException:
+            _release(disk, image)
+            raise
+        if view is None:
+            _release(disk, image)
+            return None
+        return cls(view, disk, image, box.secrets)
+
+    # -- files ------------------------------------------------------------------------------
+
+    def owns(self, path: PurePosixPath) -> bool:
+        return any(path == p or p in path.parents for p in (TESTS, VERIFIER))
+
+    def split(self, path: PurePosixPath) -> tuple[Path, PurePosixPath]:
+        for inside, (name, _) in LAYOUT.items():
+            if path == inside or inside in path.parents:
+                return self.disk / name, PurePosixPath(path.relative_to(inside))
+        raise SandboxStartError(f"{path} is not the grader's")
+
+    def copy_in(self, src: Path, dest: PurePosixPath) -> None:
+        _tree.copy_in(src, *self.split(dest))
+
+    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
+        return _tree.read_entry(*self.split(path), max_bytes=max_bytes)
+
+    def digests(self, path: PurePosixPath) -> dict[str, str]:
+        return _tree.digests(*self.split(path))
+
+    def keep_logs(self, dest: Path) -> tuple[str, ...]:
+        """The grader's /logs/verifier, copied by the rules for anything a sandbox wrote (the
+        tests run the agent's code): what was not copied is returned."""
+        root, rel = self.split(VERIFIER)
+        try:
+            fd = _tree.open_dir(root, rel)
+        except OSError:
+            return ()
+        with _tree.closing_fd(fd):
+            return _tree.copy_tree(fd, dest).listed()
+
+    # -- running ----------------------------------------------------------------------------
+
+    def run(self, command: str, *, timeout_s: float, log_path: Path) -> PhaseResult:
+        """test.sh in the grader's namespaces, under the witness; its namespace ends with it."""
+        witness = self._witness()
+        block_read, block_write = os.pipe()
+        out_read, out_write = os.pipe()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        offset = _output.log_size(log_path)
+        pump = _output.LogPump(out_read, log_path, self.secrets)
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                self.argv(command, block_fd=block_read),
+                stdin=subprocess.DEVNULL,
+                stdout=out_write,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(block_read, *self.view.fds),
+                env=self.environment(),
+            )
+        except BaseException:
+            os.close(block_read)
+            raise
+        finally:
+            os.close(out_write)
+        try:
+            if witness is not None:
+                witness.allow(proc.pid)  # before anything in it may open the grader's files
+            with contextlib.suppress(OSError):
+                os.write(block_write, b"x")  # bubblewrap reads one byte, then starts test.sh
+            os.close(block_write)
+            timed_out = _output.wait_or_kill(proc, timeout_s)
+            pump.drain(_output.CLOSE_S)  # the namespace is gone: so is every writer
+            if _unread(block_read):
+                self.setup_failure = _last_words(log_path, offset)
+        finally:
+            os.close(block_read)
+            if witness is not None:
+                witness.stop()
+                self._intrusions += witness.intrusions()
+                self._notes += witness.notes()
+        code = proc.returncode
+        return PhaseResult(
+            exit_code=None if timed_out else _output.shell_exit_code(code),
+            signal=None if timed_out else _output.signal_of_returncode(code),
+            timed_out=timed_out,
+            duration_s=time.monotonic() - started,
+            output_tail=_output.tail(log_path, offset=offset),
+        )
+
+    def argv(self, command: str, *, block_fd: int) -> list[str]:
+        view = self.view
+        caps = [arg for cap in view.capabilities for arg in ("--cap-add", f"CAP_{cap.upper()}")]
+        argv = [
+            _tool("nsenter"),
+            f"--net={view.network}",
+            "--",
+            _tool("bwrap"),
+            "--die-with-parent",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--hostname",
+            view.hostname,
+            "--cap-drop",
+            "ALL",
+            *caps,
+            *view.root,
+        ]
+        for inside, (name, _) in LAYOUT.items():
+            argv += ["--bind", str(self.disk / name), str(inside)]
+        argv += ["--remount-ro", "/", "--chdir", str(view.workdir)]
+        argv += ["--block-fd", str(block_fd), "--", "bash", "-c", command]
+        return _cgroup.joined(view.cgroup_procs, argv)
+
+    def environment(self) -> dict[str, str]:
+        return {**self.view.env, "HOME": str(HOME), "TMPDIR": str(TMPDIR)}
+
+    def _witness(self) -> _witness.Witness | None:
+        names = {name: str(inside) for inside, (name, _) in LAYOUT.items()}
+        witness = _witness.Witness(self.disk, names)
+        try:
+            witness.start()
+        except _witness.WitnessUnavailable as exc:
+            self._notes.append(f"the grader ran without its witness: {exc.strerror}")
+            return None
+        return witness
+
+    # -- what it found ----------------------------------------------------------------------
+
+    def intrusions(self) -> list[str]:
+        """Processes not the grader's that touched its files (the agent's doing)."""
+        return list(self._intrusions)
+
+    def notes(self) -> list[str]:
+        return list(self._notes)
+
+    def close(self) -> None:
+        self.view.close()
+        _release(self.disk, self.image)
+
+
+def _unread(fd: int) -> bool:
+    """Whether the byte that releases test.sh is still in its pipe: bubblewrap ended before it
+    was done setting up the grader's namespaces."""
+    os.set_blocking(fd, False)
+    try:
+        return bool(os.read(fd, 1))
+    except OSError:
+        return False
+
+
+def _last_words(log_path: Path, offset: int) -> str:
+    said = [line for line in _output.tail(log_path, offset=offset).splitlines() if line.strip()]
+    setup = [line for line in said if line.startswith("bwrap:")]
+    return ((setup or said or ["no output"])[-1]).strip()[:300]
+
+
+def _release(disk: Path, image: Path) -> None:
+    _workspace.unmount(disk)
+    image.unlink(missing_ok=True)
+    shutil.rmtree(disk, ignore_errors=True)
+
+
+def _tool(name: str) -> str:
+    """The host's own nsenter and bwrap (the environment's PATH is the sandbox's)."""
+    found = shutil.which(name, path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    if found is None:
+        raise SandboxStartError(f"{name} not found on the host: the grader needs it")
+    return found

@@ -1,0 +1,127 @@
+"""The grader stands apart: its own namespaces, a clean start, and a witness no process can fool.
+
+The hostile suite (`tests/hostile`) shows that an agent's processes cannot reach the grader. These
+tests show the parts themselves on real sandboxes: what a grader sees and starts with, that the
+witness names and refuses a process outside the grader even where the namespaces would not have
+kept it out (a process on the host, standing in for an escape), and how a grader that fails to
+start is booked.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from levelfield.policy import PRESETS, apply_policy
+from levelfield.records import Outcome, Reason, TrialRecord
+from levelfield.sandbox import BackendOptions, get_backend, grader
+from levelfield.tasks import load_task
+
+from ..conftest import MakeTask
+from ._helpers import leftovers, run_with_policy
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
+SEES = """
+{
+  echo "home=$HOME tmpdir=$TMPDIR secret=${AGENT_SECRET:-none}"
+  echo "processes: $(cat /proc/[0-9]*/cmdline | tr '\\0' ' ')"
+  ls -A "$HOME" | tr '\\n' ' '; echo "(home)"
+  cat /app/made-by-agent
+  grep -E '^(CapEff|NoNewPrivs)' /proc/self/status | tr -s '\\t' ' '
+} > /logs/verifier/seen.txt
+echo 1 > /logs/verifier/reward.txt
+"""
+
+
+def _run(make_task: MakeTask, tmp_path: Path, *, solve: str, test: str) -> tuple[Path, TrialRecord]:
+    task_dir = make_task(solve=solve, test="true", memory_mb=128)
+    (task_dir / "tests" / "test.sh").write_text("#!/bin/bash\n" + test)
+    record = run_with_policy(task_dir, tmp_path / "run", PRESETS["strict"])
+    return tmp_path / "run" / "trials" / record.trial_key, record
+
+
+def test_the_grader_starts_clean_and_alone(make_task: MakeTask, tmp_path: Path) -> None:
+    solve = (
+        "echo work > /app/made-by-agent; mkdir -p ~/.config/pip; echo x > ~/.curlrc; "
+        "export AGENT_SECRET=s3; nohup setsid sleep 300 >/dev/null 2>&1 &"
+    )
+    trial_dir, record = _run(make_task, tmp_path, solve=solve, test=SEES)
+    assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED)
+    seen = (trial_dir / "logs" / "verifier" / "seen.txt").read_text()
+    assert f"home={grader.HOME} tmpdir={grader.TMPDIR} secret=none" in seen
+    assert "processes: /usr/bin/bwrap" in seen and "sleep 300" not in seen  # none of the agent's
+    assert "(home)" in seen and ".curlrc" not in seen  # a fresh HOME
+    assert "work" in seen  # the agent's work state is there
+    assert "CapEff: 00000000a00425fb" in seen and "NoNewPrivs: 1" in seen
+    assert any("sleep 300" in line for line in record.evidence.left_running)
+    assert leftovers("api-run", tmp_path / "run") == []
+
+
+def test_the_witness_refuses_and_names_a_process_outside_the_grader(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    """A process on the host stands in for one that escaped the namespaces: it reads the tests
+    and writes a reward while test.sh runs. Both opens are refused; the verdict is the agent's
+    `grader_tampered`, with that process's command line."""
+    tried: list[subprocess.CompletedProcess[str]] = []
+
+    def intrude() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            found = list((tmp_path / "run" / "trials").glob("*/grader/tests/test.sh"))
+            if found:
+                time.sleep(0.5)
+                grader_dir = found[0].parents[1]
+                for argv in (
+                    ["cat", str(found[0])],
+                    ["sh", "-c", f"echo 1 > {grader_dir}/verifier/reward.txt"],
+                ):
+                    tried.append(subprocess.run(argv, capture_output=True, text=True))
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=intrude)
+    thread.start()
+    test = "sleep 3\necho 0 > /logs/verifier/reward.txt\n"
+    _, record = _run(make_task, tmp_path, solve="true", test=test)
+    thread.join()
+    assert [t.returncode for t in tried] == [1, 2], tried
+    assert all("Operation not permitted" in t.stderr for t in tried), tried
+    assert (record.outcome, record.reason) == (Outcome.FAILED, Reason.GRADER_TAMPERED)
+    notes = " | ".join(record.evidence.notes)
+    assert "(cat " in notes and "/tests/test.sh: 1 open(s) refused" in notes, notes
+    assert "/logs/verifier/reward.txt: 1 open(s) refused" in notes, notes
+
+
+def test_a_grader_that_cannot_start_is_the_harness_s_error(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    """A view that cannot be built (here: a bind whose source is gone) leaves no reward and
+    says why; nothing of the agent's caused it, so it is not booked against the agent."""
+    task = load_task(make_task(memory_mb=128))
+    backend = get_backend("process", BackendOptions("apart", tmp_path / "run"))
+    trial_dir = tmp_path / "run" / "trials" / "x"
+    trial_dir.mkdir(parents=True)
+    box = backend.start(
+        task, apply_policy(PRESETS["strict"], task.spec), trial_id="x", trial_dir=trial_dir
+    )
+    try:
+        judge = grader.Grader.start(box, trial_dir)
+        assert judge is not None
+        try:
+            judge.view.root += ["--bind", str(tmp_path / "gone"), "/gone"]
+            phase = judge.run("echo never", timeout_s=30, log_path=trial_dir / "v.log")
+            assert phase.exit_code != 0
+            assert judge.setup_failure is not None and "bwrap:" in judge.setup_failure
+            assert "never" not in (trial_dir / "v.log").read_text()
+            assert judge.view.linked() == []  # nothing of the agent's on the way
+        finally:
+            judge.close()
+    finally:
+        box.close()
+    assert not (trial_dir / "grader").exists()
