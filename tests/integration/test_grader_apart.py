@@ -45,6 +45,7 @@ def _run(make_task: MakeTask, tmp_path: Path, *, solve: str, test: str) -> tuple
     return tmp_path / "run" / "trials" / record.trial_key, record
 
 
+@pytest.mark.cgroup2
 def test_the_grader_starts_clean_and_alone(make_task: MakeTask, tmp_path: Path) -> None:
     solve = (
         "echo work > /app/made-by-agent; mkdir -p ~/.config/pip; echo x > ~/.curlrc; "

@@ -114,13 +114,57 @@ class Grader:
 
     # -- running ----------------------------------------------------------------------------
 
-    def run(self, command: str, *, timeout_s: float, log_path: Path) -> PhaseResult:
-        """test.sh in the grader's namespaces, under the witness; its namespace ends with it."""
-        witness = self._witness()
-        block_read, block_write = os.pipe()
-        out_read, out_write = os.pipe()
+    def run(
+        self,
+        command: str,
+        *,
+        timeout_s: float,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+    ) -> PhaseResult:
+        """test.sh in the grader's namespaces, under the witness; its namespace ends with it.
+        `env`: what the task itself gives its verifier (Harbor's `verifier.env`), over the clean
+        start, never the agent's."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = _output.log_size(log_path)
+        witness = self._witness()
+        block_read, block_write = os.pipe()
+        try:
+            result = self._spawn_and_wait(
+                command, timeout_s, log_path, env, (block_read, block_write), witness
+            )
+        finally:
+            for fd in (block_read, block_write):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            if witness is not None:
+                witness.stop()
+                self._intrusions += witness.intrusions()
+                self._notes += witness.notes()
+        code, timed_out, duration_s, set_up = result
+        if not set_up:
+            self.setup_failure = _last_words(log_path, offset)
+        return PhaseResult(
+            exit_code=None if timed_out else _output.shell_exit_code(code),
+            signal=None if timed_out else _output.signal_of_returncode(code),
+            timed_out=timed_out,
+            duration_s=duration_s,
+            output_tail=_output.tail(log_path, offset=offset),
+        )
+
+    def _spawn_and_wait(
+        self,
+        command: str,
+        timeout_s: float,
+        log_path: Path,
+        env: dict[str, str] | None,
+        block: tuple[int, int],
+        witness: _witness.Witness | None,
+    ) -> tuple[int, bool, float, bool]:
+        """(return code, timed out, seconds, whether bubblewrap got as far as test.sh). `block`:
+        the pipe whose one byte lets bubblewrap start test.sh, once the witness knows it."""
+        block_read, block_write = block
+        out_read, out_write = os.pipe()
         pump = _output.LogPump(out_read, log_path, self.secrets)
         started = time.monotonic()
         try:
@@ -131,37 +175,17 @@ class Grader:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 pass_fds=(block_read, *self.view.fds),
-                env=self.environment(),
+                env={**self.environment(), **(env or {})},
             )
-        except BaseException:
-            os.close(block_read)
-            raise
         finally:
-            os.close(out_write)
-        try:
-            if witness is not None:
-                witness.allow(proc.pid)  # before anything in it may open the grader's files
-            with contextlib.suppress(OSError):
-                os.write(block_write, b"x")  # bubblewrap reads one byte, then starts test.sh
-            os.close(block_write)
-            timed_out = _output.wait_or_kill(proc, timeout_s)
-            pump.drain(_output.CLOSE_S)  # the namespace is gone: so is every writer
-            if _unread(block_read):
-                self.setup_failure = _last_words(log_path, offset)
-        finally:
-            os.close(block_read)
-            if witness is not None:
-                witness.stop()
-                self._intrusions += witness.intrusions()
-                self._notes += witness.notes()
-        code = proc.returncode
-        return PhaseResult(
-            exit_code=None if timed_out else _output.shell_exit_code(code),
-            signal=None if timed_out else _output.signal_of_returncode(code),
-            timed_out=timed_out,
-            duration_s=time.monotonic() - started,
-            output_tail=_output.tail(log_path, offset=offset),
-        )
+            os.close(out_write)  # the pump ends at the pipe's end, started or not
+        if witness is not None:
+            witness.allow(proc.pid)  # before anything in it may open the grader's files
+        with contextlib.suppress(OSError):
+            os.write(block_write, b"x")  # bubblewrap reads one byte, then starts test.sh
+        timed_out = _output.wait_or_kill(proc, timeout_s)
+        pump.drain(_output.CLOSE_S)  # the namespace is gone: so is every writer
+        return proc.returncode, timed_out, time.monotonic() - started, not _unread(block_read)
 
     def argv(self, command: str, *, block_fd: int) -> list[str]:
         view = self.view
