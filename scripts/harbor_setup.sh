@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Harbor (PyPI `harbor`, the Terminal-Bench harness) in its own Python 3.12 virtual environment,
-# .venv-harbor, with levelfield installed into it: what `harbor run -e
-# levelfield.harbor:LevelfieldEnvironment` and the Harbor tests need. podman-compose comes along
-# for Harbor's own `-e podman` environment (benchmarks/harbor_side_by_side.py).
+# with levelfield installed into it: what `harbor run -e levelfield.harbor:LevelfieldEnvironment`
+# and the Harbor tests need. podman-compose comes along for Harbor's own `-e podman` environment
+# (benchmarks/harbor_side_by_side.py).
+#   scripts/harbor_setup.sh                            Harbor 0.25.0 in .venv-harbor
+#   scripts/harbor_setup.sh 0.26.0 .venv-harbor-0.26   another release in a venv of its own
 # Idempotent: a second run only checks (< 2 s). Fresh: ~1-2 min, most of it pip downloading.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-HARBOR_VERSION=0.25.0
-VENV=.venv-harbor
+HARBOR_VERSION="${1:-0.25.0}"
+VENV="${2:-.venv-harbor}"
 
 find_python312() {  # pyenv's shim may exist without 3.12 being selected: try each for real
   local root candidate
