@@ -4,9 +4,10 @@ sample runs as (its spec, and the environment to build).
 Inspect hands a sandbox's configuration over as the object a task gave
 (`sandbox=("levelfield", SandboxConfig(...))`), as the dict it logged, or as the text after the
 colon of `--sandbox levelfield:TEXT`: a YAML or JSON file of these fields, the fields inline
-(`policy=3x,backend=oci`), or a bare preset name or multiplier (`strict`, `3x`). A Harbor task run through inspect-harbor brings its own folder (the
-sample's `task_dir`), hence its spec and environment; `cpus`, `memory_mb` and `storage_mb` give a
-task without one its spec, and take the place of a Harbor task's, as Harbor's `--override-*` do.
+(`policy=3x,backend=oci`), or a bare preset name or multiplier (`strict`, `3x`). A Harbor task
+run through inspect-harbor brings its own folder (the sample's `task_dir`), hence its spec and
+environment; `cpus`, `memory_mb` and `storage_mb` give a task without one its spec, and take the
+place of a Harbor task's, as Harbor's `--override-*` do.
 """
 
 from __future__ import annotations
