@@ -108,14 +108,17 @@ class LevelfieldEnvironment(BaseEnvironment):
 
     @classmethod
     def preflight(cls, kwargs: dict[str, Any] | None = None) -> None:
-        """Harbor 0.26, before any trial is queued: the `--ek` options, with the keys this
-        environment reads named when one is wrong (Harbor prints a ValueError and exits 1)."""
+        """Before any trial is queued: the `--ek` options, with the keys this environment reads
+        named when one is wrong (Harbor prints a ValueError and exits 1). Harbor 0.25 calls it
+        without them: there the environment's constructor refuses them, trial by trial."""
         try:
             parse_options({k: v for k, v in (kwargs or {}).items() if k not in _HARBOR_KEYS})
         except RunConfigError as exc:
             raise ValueError(str(exc)) from None
-        if hasattr(BaseEnvironment, "preflight"):
-            super().preflight(kwargs)  # type: ignore[misc]
+        if "kwargs" in inspect.signature(BaseEnvironment.preflight).parameters:
+            super().preflight(kwargs)  # type: ignore[misc]  # 0.26 checks options_model here
+        else:
+            super().preflight()  # type: ignore[misc]  # 0.25: credentials only, none here
 
     @staticmethod
     def type() -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -24,6 +25,7 @@ from levelfield.hosted.options import HostedOptions
 from levelfield.tasks import Spec, Task, load_task
 
 _MIB = 1024 * 1024
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 DEFAULT_TIMEOUT_S = 3600.0  # a plain Inspect task's phases: Inspect's own limits bound them
 
 
@@ -126,3 +128,8 @@ def _with_spec(task: Task, config: SandboxConfig, spec: Spec) -> Task:
             storage_bytes=config.storage_mb * _MIB if config.storage_mb else spec.storage_bytes,
         ),
     )
+
+
+def record_folder_name(sample_id: str, epoch: int, attempt: int) -> str:
+    """A sample attempt's record folder, beside the log (`<log>.levelfield/<this>`)."""
+    return f"{_UNSAFE.sub('_', sample_id)}__e{epoch}__a{attempt}"

@@ -36,7 +36,7 @@ from pydantic import BaseModel
 from levelfield.errors import CeilingHit, SandboxStartError
 from levelfield.hosted.commands import ExecCall, split_stderr
 from levelfield.hosted.sandbox import HostedSandbox, Hosting, cache_dir
-from levelfield.inspect.config import sandbox_config, task_of_sample
+from levelfield.inspect.config import record_folder_name, sandbox_config, task_of_sample
 from levelfield.verifier import parse_reward_json, parse_reward_txt
 
 RUN_PREFIX = "inspect-"
@@ -236,7 +236,7 @@ def _record_place(task_name: str, metadata: dict[str, Any]) -> tuple[Path, str]:
     sample = str(metadata.get("__sample_id__", "sample"))
     epoch = active.epoch if active is not None else 1
     attempt = 1 + len(getattr(active, "error_retries", None) or [])
-    name = f"{_UNSAFE.sub('_', sample)}__e{epoch}__a{attempt}"
+    name = record_folder_name(sample, epoch, attempt)
     location = getattr(active, "log_location", None) or ""
     if location and "://" not in location.replace("file://", ""):
         log = Path(location.removeprefix("file://"))
