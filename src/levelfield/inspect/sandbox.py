@@ -30,13 +30,19 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal, overload
 
 import anyio
-from inspect_ai.util import ExecResult, SandboxEnvironment, sandboxenv
+from inspect_ai.util import (
+    ExecResult,
+    OutputLimitExceededError,
+    SandboxEnvironment,
+    sandboxenv,
+)
 from pydantic import BaseModel
 
 from levelfield.errors import CeilingHit, SandboxStartError
 from levelfield.hosted.commands import ExecCall, split_stderr
 from levelfield.hosted.sandbox import HostedSandbox, Hosting, cache_dir
 from levelfield.inspect.config import record_folder_name, sandbox_config, task_of_sample
+from levelfield.sandbox._tree import READ_MAX_BYTES, Entry
 from levelfield.verifier import parse_reward_json, parse_reward_txt
 
 RUN_PREFIX = "inspect-"
@@ -179,10 +185,12 @@ class LevelfieldSandbox(SandboxEnvironment):
     async def read_file(self, file: str, text: bool = True) -> str | bytes:
         path = self._absolute(file)
         entry = await anyio.to_thread.run_sync(self._entry, path)
-        if entry.kind == "dir":
+        if entry.kind == "directory":
             raise IsADirectoryError(21, "Is a directory", file)
-        if entry.kind != "file" or entry.data is None:
-            raise FileNotFoundError(2, "No such file", file)
+        if entry.kind != "file":  # missing, or what is not a regular file is never opened
+            raise FileNotFoundError(2, f"No such file ({entry.describe()})", file)
+        if entry.data is None:
+            raise OutputLimitExceededError(f"{READ_MAX_BYTES >> 20} MiB", None)
         if path in REWARD_FILES:
             self._raise_survived_kill(REWARD_FILES[path], entry.data)
         return entry.data.decode("utf-8") if text else entry.data
@@ -206,9 +214,7 @@ class LevelfieldSandbox(SandboxEnvironment):
         with tempfile.TemporaryDirectory() as tmp:
             self.box.sandbox().copy_in(Path(tmp), TESTS_DIR)
 
-    def _entry(self, path: PurePosixPath) -> Any:
-        from levelfield.sandbox._tree import READ_MAX_BYTES
-
+    def _entry(self, path: PurePosixPath) -> Entry:
         return self.box.sandbox().read_entry(path, max_bytes=READ_MAX_BYTES)
 
     def _raise_survived_kill(self, parse: Any, data: bytes) -> None:
