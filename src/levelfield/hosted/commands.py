@@ -52,7 +52,7 @@ def shell_command(call: ExecCall, *, pid_file: PurePosixPath) -> str:
         )
     if call.cwd:
         body = f"cd {shlex.quote(call.cwd)} || exit 1\n{body}"
-    redirect, after = "", ""
+    redirect, after = " 2>&3", ""
     if call.stdin is not None:
         redirect += f" <{call.stdin}"
         after += f"rm -f {call.stdin}; "
@@ -60,13 +60,16 @@ def shell_command(call: ExecCall, *, pid_file: PurePosixPath) -> str:
         err = f"{pid_file}.err"
         redirect += f" 2>{err}"
         after += f"printf '\\n%s\\n' {shlex.quote(call.stderr_marker)}; cat {err}; rm -f {err}; "
+    # The shell's own stderr goes nowhere while job control is on: bash reports a job that ended
+    # before `set +m` ("[1]+ Exit 3 ...") there, which is not the command's output.
     return (
+        "exec 3>&2 2>/dev/null\n"
         "set -m\n"
-        f"(\n{body}\n){redirect} &\n"
-        f"echo $! >{pid_file} 2>/dev/null\n"
+        f"(\n{body}\n){redirect} 3>&- &\n"
+        f"echo $! >{pid_file}\n"
         "set +m\n"
         "wait $!\n"
-        f"s=$?; rm -f {pid_file}; {after}exit $s\n"
+        f"s=$?; exec 2>&3 3>&-; rm -f {pid_file}; {after}exit $s\n"
     )
 
 
