@@ -22,6 +22,8 @@ import pytest
 from levelfield import errors
 from levelfield.hosted.record import read_record_file
 from levelfield.records import Outcome, Reason
+from levelfield.sandbox._cgroup import PREFIX, detect
+from levelfield.sandbox._workspace import mounts_under
 from levelfield.store import reading
 
 from ..conftest import REPO, TB2_SAMPLE, require
@@ -89,7 +91,7 @@ def evals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         )
         for name, args in runs.items()
     }
-    found: dict[str, Any] = {"root": root}
+    found: dict[str, Any] = {"root": root, "pids": [proc.pid for proc in procs.values()]}
     for name, proc in procs.items():
         output, _ = proc.communicate(timeout=900)
         assert proc.returncode == 0, output[-3000:]
@@ -131,6 +133,9 @@ def test_strict_the_spike_is_a_sample_error_naming_the_kill_left_out_of_the_scor
             assert record.limits["memory_ceiling_bytes"] == 256 << 20
     tb2 = samples[TB2_TASK]
     assert tb2.error is None and tb2.scores["harbor_scorer"].value == 1.0
+    assert mounts_under(evals["root"]) == []  # every trial disk went with its sandbox
+    runs = [b / PREFIX / f"inspect-{pid}" for b in detect().bases.values() for pid in evals["pids"]]
+    assert not [run for run in runs if run.exists()]  # each Inspect process removed its run
     assert log.results is not None
     (score,) = log.results.scores
     assert (log.results.total_samples, score.scored_samples) == (3, 1)  # errors: not scored

@@ -73,7 +73,9 @@ class HostedSandbox:
     def __init__(self, task: Task, policy: Policy, hosting: Hosting) -> None:
         self.task, self.policy, self.hosting = task, policy, hosting
         self.limits: Limits = apply_policy(policy, task.spec)
-        self.dir = hosting.record_dir
+        # absolute: the process backend mounts the trial's disk below it, and finds that mount
+        # again by its absolute path (Inspect hands over its log's path relative to the cwd)
+        self.dir = hosting.record_dir.absolute()
         self.backend_name = (
             route_task(task).backend if hosting.backend == "auto" else hosting.backend
         )
