@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from levelfield import errors
-from levelfield.hosted.record import read_record_file
+from levelfield.hosted.record import EnvironmentRecord, read_record_file
 from levelfield.records import Outcome, Reason
 from levelfield.sandbox._cgroup import PREFIX, detect
 from levelfield.sandbox._workspace import mounts_under
@@ -104,6 +104,14 @@ def _samples(log: Any) -> dict[str, Any]:
     return {str(s.id): s for s in log.samples}
 
 
+def _record(log_path: Path, name: str, attempt: int = 1) -> EnvironmentRecord:
+    """The levelfield record of a sample's attempt, beside the log."""
+    folder = log_path.parent / f"{log_path.stem}.levelfield" / f"{name}__e1__a{attempt}"
+    record = read_record_file(folder / "record.json")
+    assert record is not None, folder
+    return record
+
+
 @pytest.mark.inspect
 @pytest.mark.oci
 @pytest.mark.slow
@@ -126,9 +134,8 @@ def test_strict_the_spike_is_a_sample_error_naming_the_kill_left_out_of_the_scor
         assert noted["ceiling_hit"]["exception"] == "LevelfieldOOMKilled"
         assert noted["ceiling_hit"]["evidence"].startswith("oom_kill=")
         for attempt in (1, 2):  # each attempt's record beside the log
-            folder = log_path.parent / f"{log_path.stem}.levelfield" / f"{name}__e1__a{attempt}"
-            record = read_record_file(folder / "record.json")
-            assert record is not None and record.backend == backend
+            record = _record(log_path, name, attempt)
+            assert record.backend == backend
             assert record.evidence.oom_kills >= 1 and record.ceiling_hits[0].raised
             assert record.limits["memory_ceiling_bytes"] == 256 << 20
     tb2 = samples[TB2_TASK]
@@ -153,9 +160,8 @@ def test_3x_every_sample_passes_and_the_spike_needed_more_than_its_spec(
         assert sample.error is None, sample.error
         assert sample.scores["harbor_scorer"].value == 1.0, name
     for name in SPIKES:
-        folder = log_path.parent / f"{log_path.stem}.levelfield" / f"{name}__e1__a1"
-        record = read_record_file(folder / "record.json")
-        assert record is not None and record.policy == "headroom"
+        record = _record(log_path, name)
+        assert record.policy == "headroom"
         assert record.evidence.memory_peak_bytes is not None
         assert record.evidence.memory_peak_bytes > 256 << 20 and record.evidence.oom_kills == 0
 
@@ -232,7 +238,29 @@ def test_the_sandbox_runs_execs_and_files_and_raises_a_failed_execs_kill(
         finally:
             await LevelfieldSandbox.sample_cleanup("plain", config, envs, False)
 
+    async def survived(reward: str) -> None:
+        """A kill the exec survived: raised as a Harbor grader reads a reward below 1."""
+        meta = {"__sample_id__": f"survived-{reward}"}
+        envs = await LevelfieldSandbox.sample_init("plain", config, meta)
+        box = envs["default"]
+        try:
+            said = await box.exec(["bash", "-c", "python3 -c 'b = b\"x\" * (100 << 20)'; true"])
+            assert said.returncode == 0 and "Killed" in said.stderr
+            await box.exec(["bash", "-c", f"echo {reward} > /logs/verifier/reward.txt"])
+            if reward == "1":
+                assert (await box.read_file("/logs/verifier/reward.txt")).strip() == "1"
+            else:
+                with pytest.raises(errors.LevelfieldOOMKilled, match="memory ceiling 48 MiB"):
+                    await box.read_file("/logs/verifier/reward.txt")
+        finally:
+            await LevelfieldSandbox.sample_cleanup("plain", config, envs, False)
+
     anyio.run(scenario)
+    anyio.run(survived, "0")
+    anyio.run(survived, "1")
+    for reward, raised in (("0", True), ("1", False)):
+        (path,) = (tmp_path / "cache" / "inspect").glob(f"plain/survived-{reward}__e1__a1/*.json")
+        assert read_record_file(path).ceiling_hits[0].raised is raised  # type: ignore[union-attr]
     (record_path,) = (tmp_path / "cache" / "inspect").glob("plain/s_1__e1__a1/record.json")
     record = read_record_file(record_path)
     assert record is not None and record.execs == 4 and record.evidence.oom_kills >= 1
