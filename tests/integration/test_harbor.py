@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pytest
 
@@ -345,7 +345,7 @@ def test_a_cancelled_exec_is_killed_with_its_children(make_task: MakeTask, tmp_p
         call = ExecCall("(sleep 60; touch /app/late) & sleep 60; touch /app/late")
         runner = threading.Thread(target=box.exec, args=(call, number))
         runner.start()
-        pid_file = PurePosixPath(f"/tmp/.levelfield-exec-{number}.pid")
+        pid_file = box.pid_file(number)
         for _ in range(200):
             if box._require().read_file(pid_file):
                 break

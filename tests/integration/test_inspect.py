@@ -233,6 +233,9 @@ def test_the_sandbox_runs_execs_and_files_and_raises_a_failed_execs_kill(
                 await box.read_file("/app/sub")
             with pytest.raises(TimeoutError):
                 await box.exec(["sleep", "20"], timeout=1)
+            plant = "for n in $(seq 1 40); do mkfifo /tmp/.levelfield-exec-$n.pid{,.err,.in}; done"
+            await box.exec(["bash", "-c", plant])  # FIFOs where a guessable wrapper file would be
+            assert (await box.exec(["echo", "graded"], input="x", timeout=20)).stdout == "graded\n"
             with pytest.raises(errors.LevelfieldOOMKilled, match="memory ceiling 48 MiB hit"):
                 await box.exec(["python3", "-c", "b = b'x' * (100 << 20)"])
         finally:
@@ -263,5 +266,5 @@ def test_the_sandbox_runs_execs_and_files_and_raises_a_failed_execs_kill(
         assert read_record_file(path).ceiling_hits[0].raised is raised  # type: ignore[union-attr]
     (record_path,) = (tmp_path / "cache" / "inspect").glob("plain/s_1__e1__a1/record.json")
     record = read_record_file(record_path)
-    assert record is not None and record.execs == 4 and record.evidence.oom_kills >= 1
+    assert record is not None and record.execs == 6 and record.evidence.oom_kills >= 1
     assert record.ceiling_hits[0].raised

@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import json
 import os
+import secrets
 import threading
 import time
 from contextlib import ExitStack
@@ -87,6 +88,7 @@ class HostedSandbox:
         self._watch = TrialWatch()
         self._sampler: Sampler | None = None
         self._numbers = itertools.count(1)
+        self._pid_files: dict[int, PurePosixPath] = {}
         self._lock = threading.Lock()
         self._hits: list[CeilingHitNote] = []
         self._unraised: list[CeilingHit] = []
@@ -207,7 +209,16 @@ class HostedSandbox:
         return self._box
 
     def pid_file(self, number: int) -> PurePosixPath:
-        return PurePosixPath("/tmp") / f".levelfield-exec-{number}.pid"
+        """Where exec `number` keeps its pid (and, beside it, its stderr), under a name the agent
+        cannot guess: a FIFO it planted at a known name would hang the grader's exec, and the
+        trial would end as a timeout that is not the agent's."""
+        with self._lock:
+            if number not in self._pid_files:
+                token = secrets.token_hex(8)
+                self._pid_files[number] = (
+                    PurePosixPath("/tmp") / f".levelfield-{token}-{number}.pid"
+                )
+            return self._pid_files[number]
 
     def mark(self, phase: str) -> None:
         with self._lock:

@@ -136,8 +136,8 @@ class LevelfieldSandbox(SandboxEnvironment):
         box = self.box
         number = box.number()
         stdin = None
-        if input is not None:
-            stdin = PurePosixPath(f"/tmp/.levelfield-stdin-{number}")
+        if input is not None:  # under a name the agent cannot guess, as the pid file's
+            stdin = PurePosixPath(f"{box.pid_file(number)}.in")
             data = input.encode() if isinstance(input, str) else input
             await anyio.to_thread.run_sync(self._put, stdin, data)
         marker = f"--levelfield-stderr-{secrets.token_hex(12)}--"
