@@ -38,7 +38,7 @@ from inspect_ai.util import (
 )
 from pydantic import BaseModel
 
-from levelfield.errors import CeilingHit, SandboxStartError
+from levelfield.errors import CeilingHit, LevelfieldError, SandboxStartError
 from levelfield.hosted.commands import ExecCall, split_stderr
 from levelfield.hosted.sandbox import HostedSandbox, Hosting, cache_dir
 from levelfield.inspect.config import record_folder_name, sandbox_config, task_of_sample
@@ -92,7 +92,10 @@ class LevelfieldSandbox(SandboxEnvironment):
             uv_shim=options.uv_shim,
         )
         box = HostedSandbox(task, options.resolved_policy(), hosting)
-        await anyio.to_thread.run_sync(box.start)
+        try:
+            await anyio.to_thread.run_sync(box.start)
+        except LevelfieldError as exc:  # the sandbox would not start: the sample's error
+            raise _named(exc) from None
         _note_in_sample(
             policy=box.policy.name,
             backend=box.backend_name,
@@ -159,6 +162,8 @@ class LevelfieldSandbox(SandboxEnvironment):
         except CeilingHit as hit:
             _report(hit)
             raise
+        except LevelfieldError as exc:  # the sandbox died under the exec: infrastructure's
+            raise _named(exc) from None
         if done.timed_out:
             raise TimeoutError(f"Command timed out after {timeout} seconds")
         stdout, stderr = split_stderr(done.output, marker)
@@ -263,10 +268,17 @@ def _note_in_sample(**fields: Any) -> None:
         state.metadata.setdefault(METADATA_KEY, {}).update(fields)
 
 
+def _named(exc: LevelfieldError) -> LevelfieldError:
+    """Inspect shows a sample error by its exception's `message`, else by its repr: give it the
+    `Type: message` form that Harbor stores and `levelfield import` reads back."""
+    exc.message = f"{type(exc).__name__}: {exc}"  # type: ignore[attr-defined]
+    return exc
+
+
 def _report(hit: CeilingHit) -> None:
     """The hit's type and message as Inspect shows a sample error, and its evidence in the
     sample's metadata."""
-    hit.message = f"{type(hit).__name__}: {hit}"  # type: ignore[attr-defined]
+    _named(hit)
     _note_in_sample(
         ceiling_hit={"exception": type(hit).__name__, "message": str(hit), "evidence": hit.evidence}
     )
