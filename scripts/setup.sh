@@ -5,8 +5,10 @@
 #                             report), podman + runc and the Docker Engine + stand-in base
 #                             images (oci backend), the image registry (docker-registry), Ray,
 #                             the model SDKs, Node.js (a CLI agent installed with npm), and QEMU
-#                             with a kernel for the cgroup v2 VM (scripts/vm_cgroup2.sh), and
-#                             Harbor in .venv-harbor (scripts/harbor_setup.sh)
+#                             with a kernel for the cgroup v2 VM (scripts/vm_cgroup2.sh),
+#                             Harbor 0.25 and 0.26 in .venv-harbor and .venv-harbor-0.26
+#                             (scripts/harbor_setup.sh), and Inspect with inspect-harbor in
+#                             .venv-inspect (scripts/inspect_setup.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile="${1:-run}"
@@ -28,7 +30,7 @@ fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 extras=""
-[ "$profile" = test ] && extras="[dev,oci,ray,agents]"
+[ "$profile" = test ] && extras="[dev,oci,ray,agents,inspect]"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras}"
 
 if [ "$profile" = test ]; then
@@ -38,5 +40,9 @@ if [ "$profile" = test ]; then
   DOCKER_HOST=unix:///run/levelfield-docker.sock \
     bash scripts/offline_bases.sh .venv/bin/python  # the same bases in Docker (cached: ~15 s)
   bash scripts/vm_cgroup2.sh --build  # the cgroup v2 VM's kernel + initramfs: ~20 s once, cached
-  bash scripts/harbor_setup.sh        # Harbor 0.25 in .venv-harbor (Python 3.12): ~1-2 min once
+  # three venvs of their own (Python 3.12), made at once: ~2-4 min the first time, <1 s after
+  bash scripts/harbor_setup.sh & harbor_025=$!   # Harbor 0.25 in .venv-harbor
+  bash scripts/harbor_setup.sh 0.26.0 .venv-harbor-0.26 & harbor_026=$!  # its newest release
+  bash scripts/inspect_setup.sh & inspect=$!     # inspect-ai + inspect-harbor in .venv-inspect
+  wait "$harbor_025"; wait "$harbor_026"; wait "$inspect"
 fi

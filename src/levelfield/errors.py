@@ -12,7 +12,7 @@
     │   ├── AdmissionError         a trial's floor can never fit on this host
     │   ├── NodeLost               the machine running the trial died mid-trial (Ray)
     │   ├── HostPressure           the host ran short of memory outside the trial's own limits
-    │   └── CeilingHit             the kernel enforced a ceiling during a Harbor exec
+    │   └── CeilingHit             the kernel enforced a ceiling during a hosted exec
     │       ├── LevelfieldOOMKilled          the memory ceiling (cgroup OOM kill)
     │       ├── LevelfieldPidsExhausted      the pids ceiling (forks refused)
     │       └── LevelfieldStorageExhausted   the storage ceiling (the trial's disk filled)
@@ -85,10 +85,10 @@ class HostPressure(SandboxError):
 
 
 class CeilingHit(SandboxError):
-    """The kernel enforced a ceiling while a Harbor exec ran (`harbor/environment.py`). Raised
-    so that Harbor stores it in the trial's exception_info: its type and message, which Harbor
-    keeps, name the ceiling and the counter that proves it, instead of a reward 0 booked as the
-    agent's failure."""
+    """The kernel enforced a ceiling while an exec of another harness ran (`hosted/`). Raised
+    so that Harbor stores it in the trial's exception_info and Inspect makes the sample an
+    error: its type and message name the ceiling and the counter that proves it, instead of a
+    reward 0 booked as the agent's failure."""
 
     def __init__(self, message: str, *, evidence: str) -> None:
         super().__init__(f"{message}, {evidence}")

@@ -1,7 +1,8 @@
-"""The Harbor CLI itself (PyPI harbor 0.25, in .venv-harbor) running levelfield's environment and
-its own podman environment, and what `levelfield import harbor` makes of the jobs it wrote.
+"""The Harbor CLI itself (PyPI harbor 0.25 in .venv-harbor and 0.26 in .venv-harbor-0.26, each
+test once per release) running levelfield's environment and its own podman environment, and what
+`levelfield import harbor` makes of the jobs it wrote.
 
-Needs scripts/harbor_setup.sh (the Harbor venv), podman with its API socket
+Needs scripts/harbor_setup.sh (the Harbor venvs), podman with its API socket
 (scripts/oci_setup.sh) and the stand-in bases (built by the fixture, cached after the first time).
 The Harbor environment's own mechanics without Harbor (a kill the exec survives, uploads,
 downloads, a cancelled exec) are tested on the process backend at the end of this file.
@@ -14,7 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +30,7 @@ from levelfield.tasks import load_task
 
 from ..conftest import REPO, TB2_SAMPLE, MakeTask, require
 
-HARBOR_BIN = REPO / ".venv-harbor" / "bin"
+HARBOR_VENVS = {"0.25": REPO / ".venv-harbor", "0.26": REPO / ".venv-harbor-0.26"}
 PODMAN_SOCKET = "unix:///run/podman/podman.sock"
 # Builds offline from the ubuntu stand-in; its verifier apt-installs curl and runs uvx. Not
 # cancel-async-tasks: its tests signal a subprocess after a fixed 0.5 s, which a trial held to
@@ -50,12 +51,15 @@ def _spike_task(root: Path, name: str, *, userland: str | None) -> Path:
     return task
 
 
-@pytest.fixture(scope="module")
-def harbor_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+@pytest.fixture(scope="module", params=sorted(HARBOR_VENVS))
+def harbor_env(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
     """The environment `harbor` runs in: its venv first on PATH (podman-compose), podman's API
     for levelfield's oci backend, LiteLLM's local cost map (no remote fetch, no warning)."""
-    require([] if (HARBOR_BIN / "harbor").is_file() else [str(HARBOR_BIN / "harbor")],
-            "the Harbor CLI (scripts/harbor_setup.sh)")  # fmt: skip
+    harbor_bin = HARBOR_VENVS[request.param] / "bin"
+    require([] if (harbor_bin / "harbor").is_file() else [str(harbor_bin / "harbor")],
+            f"the Harbor {request.param} CLI (scripts/setup.sh test)")  # fmt: skip
     from levelfield.sandbox import oci
 
     require(list(oci.engine_report(PODMAN_SOCKET).problems), "podman's API (scripts/oci_setup.sh)")
@@ -67,7 +71,8 @@ def harbor_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         os.environ.pop("DOCKER_HOST") if saved is None else os.environ.update(DOCKER_HOST=saved)
     return {
         **os.environ,
-        "PATH": f"{HARBOR_BIN}:{os.environ['PATH']}",
+        "PATH": f"{harbor_bin}:{os.environ['PATH']}",
+        "HARBOR_RELEASE": request.param,
         "DOCKER_HOST": PODMAN_SOCKET,
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "LEVELFIELD_HARBOR_DIR": str(tmp_path_factory.mktemp("levelfield-harbor")),
@@ -130,6 +135,12 @@ def test_harbor_on_levelfield_books_the_oom_kill_under_strict_and_passes_under_3
     (dataset / TB2_TASK).symlink_to(TB2_SAMPLE / TB2_TASK)
     env = "levelfield.harbor:LevelfieldEnvironment"
     common = ("-e", env, "--ek", "uv_shim=true")  # TB2's verifier fetches uv from the internet
+    newest = harbor_env["HARBOR_RELEASE"] != "0.25"
+    if newest:  # a job whose error policy asks Harbor to grade the kill: it still may not
+        grade = tmp_path / "grade-the-kill.yaml"
+        grade.write_text("override_error_policy:\n  LevelfieldOOMKilled:\n"
+                         "    should_grade: true\n    has_valid_reward: true\n")  # fmt: skip
+        common = (*common, "-c", str(grade))
     strict_run = _harbor_run(harbor_env, dataset, tmp_path / "strict", *common,
                              "--ek", "policy=strict")  # fmt: skip
     loose_run = _harbor_run(harbor_env, dataset, tmp_path / "3x", *common,
@@ -142,6 +153,7 @@ def test_harbor_on_levelfield_books_the_oom_kill_under_strict_and_passes_under_3
     for name, backend in (("spike-image", "oci"), ("spike-host", "process")):
         trial = strict[name]
         assert trial["verifier_result"] is None  # the kill ended the trial: nothing was graded
+        assert trial.get("reward_valid", False) is False  # 0.26 counts no reward of it
         info = trial["exception_info"]
         assert info["exception_type"] == "LevelfieldOOMKilled", info
         assert info["exception_message"].startswith(f"memory ceiling {SPIKE_MB} MiB hit, oom_kill=")
@@ -197,6 +209,25 @@ def test_harbor_on_podman_books_the_same_kill_as_a_failure_and_the_import_flags_
     )  # fmt: skip
     assert report.returncode == 0, report.stderr
     assert f"1 of 1 trials {KILLED_CAUSE_UNKNOWN}" in report.stdout
+
+
+@pytest.mark.harbor
+def test_harbor_026_checks_the_ek_options_before_queueing_any_trial(
+    harbor_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Harbor 0.26 validates an environment's declared options in its preflight: a misspelt
+    key stops the job before a trial exists (0.25 has no preflight: the trial fails instead)."""
+    if harbor_env["HARBOR_RELEASE"] == "0.25":
+        pytest.skip("Harbor 0.25 has no environment preflight")
+    dataset = tmp_path / "dataset"
+    _spike_task(dataset, "spike-host", userland="host")
+    proc = _harbor_run(harbor_env, dataset, tmp_path / "jobs", "-e",
+                       "levelfield.harbor:LevelfieldEnvironment", "--ek", "celing=3x")  # fmt: skip
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, output[-2000:]
+    said = " ".join(output.split())  # as printed, wrapped to the terminal's width
+    assert "--ek: celing" in said and "this environment reads: policy, floor" in said
+    assert not list((tmp_path / "jobs").glob("*/spike-host*"))  # no trial was started
 
 
 # -- the environment's mechanics without Harbor, on the process backend -------------------------
@@ -262,6 +293,8 @@ def test_a_failed_exec_raises_its_kill_and_files_move_both_ways(
         assert (tmp_path / "one.txt").read_text() == "new"
         with pytest.raises(RuntimeError, match="timed out after 1 seconds"):
             box.exec(ExecCall("sleep 20", timeout_s=1))
+        with pytest.raises(errors.LevelfieldOOMKilled):  # the kill ended it: no verifier runs
+            box.upload_dir(source, "/tests")
     finally:
         box.stop(None)
     assert read_record(tmp_path / "trial__x").execs >= 6  # type: ignore[union-attr]
@@ -312,7 +345,7 @@ def test_a_cancelled_exec_is_killed_with_its_children(make_task: MakeTask, tmp_p
         call = ExecCall("(sleep 60; touch /app/late) & sleep 60; touch /app/late")
         runner = threading.Thread(target=box.exec, args=(call, number))
         runner.start()
-        pid_file = PurePosixPath(f"/tmp/.levelfield-exec-{number}.pid")
+        pid_file = box.pid_file(number)
         for _ in range(200):
             if box._require().read_file(pid_file):
                 break

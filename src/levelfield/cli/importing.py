@@ -9,6 +9,7 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from levelfield.cli._console import console, err
+from levelfield.errors import InputError
 
 if TYPE_CHECKING:
     from levelfield.harbor.importing import ImportResult
@@ -51,6 +52,37 @@ def harbor(
     _show(result)
 
 
+def inspect(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="Inspect logs (.eval files), or folders holding them."),
+    ],
+    out: Annotated[Path, typer.Option(help="Run directory to create or add to.")],
+    label: Annotated[
+        str | None,
+        typer.Option(help="Name the trials by this label (else by the eval's model)."),
+    ] = None,
+) -> None:
+    """Import Inspect samples as a run: each sample and epoch a trial, its verdict from the
+    levelfield record beside the log (policy, limits, kernel evidence) when it ran in
+    levelfield's sandbox, else from its score and error."""
+    try:
+        from levelfield.inspect.importing import import_inspect
+    except ImportError as exc:
+        raise InputError(f"reading Inspect logs needs Inspect ({exc}): "
+                         "pip install 'levelfield[inspect]'") from exc  # fmt: skip
+    result = import_inspect(paths, out, label=label)
+    if result.imported:
+        _prepare_table(out)
+    for problem in result.skipped:
+        err.print(f"[yellow]skipped[/] {problem}")
+    console.print(
+        f"imported {result.imported} trials ({result.already_stored} already there, "
+        f"{len(result.skipped)} skipped) of {', '.join(sorted(result.labels))} into "
+        f"{result.run_dir}; see `levelfield report {result.run_dir}`"
+    )
+
+
 def _prepare_table(out: Path) -> None:
     """Build the run's tidy table now (analysis/table_cache.py), while the import has the
     user's attention: every `report`, `compare` and `leaderboard` after it then starts from
@@ -79,4 +111,5 @@ def register(app: typer.Typer) -> None:
     """Add the `import` group."""
     import_app = typer.Typer(no_args_is_help=True, help="Bring other harnesses' results in.")
     import_app.command("harbor")(harbor)
+    import_app.command("inspect")(inspect)
     app.add_typer(import_app, name="import")

@@ -5,12 +5,23 @@ sandboxes, under the limits a levelfield policy gives the task's spec.
         --ek policy=strict|3x|uncapped|FLOOR/CEILING  (or --ek floor=1x --ek ceiling=3x) \\
         --ek backend=auto|process|oci [--ek uv_shim=true]
 
-The only module that imports Harbor (the `harbor` extra, Python >= 3.12). Harbor stores whatever
-an environment raises in the trial's `exception_info`, so a ceiling the kernel enforced is raised
-as a levelfield exception (`LevelfieldOOMKilled: memory ceiling 256 MiB hit, oom_kill=1 ...`)
-instead of ending in a reward 0 that books the kill as the agent's failure. Harbor calls `stop`
-before it writes result.json, which is where the levelfield record is written beside it and where
-a kill the exec survived is raised if the trial did not pass (box.py says why).
+The only module that imports Harbor (the `harbor` extra, Python >= 3.12; Harbor 0.25 and 0.26).
+Harbor stores whatever an environment raises in the trial's `exception_info`, so a ceiling the
+kernel enforced is raised as a levelfield exception (`LevelfieldOOMKilled: memory ceiling 256 MiB
+hit, oom_kill=1 ...`) instead of ending in a reward 0 that books the kill as the agent's failure.
+Harbor calls `stop` before it writes result.json, which is where the levelfield record is written
+beside it and where a kill the exec survived is raised if the trial did not pass (box.py says why).
+
+Harbor 0.25 skipped the verifier after such an exception; 0.26 grades after any exception whose
+type its error-policy table (`harbor/models/trial/error_policy.py`) does not mark "no grade", and a
+type it does not know counts as graded with a valid reward. Two things keep a ceiling's kill out
+of the grade on both: the box refuses the verifier's upload of /tests once a hit was raised (so
+`verifier_result` stays null whatever the job's `override_error_policy` says), and the table
+learns levelfield's sandbox errors as infrastructure's (retried, not graded, no valid reward),
+which also keeps a late-raised kill's reward out of Harbor's own mean. Harbor keys that table by
+type name and offers no way to add to it, so the entries are added to the mapping it reads at
+each lookup. On 0.26 the `--ek` options are also declared (`options_model`), so Harbor
+checks them in its preflight, before any trial is queued.
 """
 
 from __future__ import annotations
@@ -19,7 +30,8 @@ import asyncio
 import dataclasses
 import inspect
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import (
@@ -28,26 +40,85 @@ from harbor.environments.capabilities import (
 )
 from harbor.models.task.config import NetworkMode
 from harbor.models.trial.config import ResourceMode
+from pydantic import ConfigDict
 
+from levelfield import errors
 from levelfield.errors import RunConfigError
 from levelfield.harbor.box import ExecCall, HarborBox
-from levelfield.harbor.options import parse_options, spec_of
+from levelfield.harbor.options import EnvironmentOptions, parse_options, spec_of
 from levelfield.tasks import load_task
 from levelfield.verifier import parse_reward_json, parse_reward_txt
 
 _HARBOR_KEYS = frozenset(inspect.signature(BaseEnvironment.__init__).parameters)
 
 
+def _declared_options() -> type[EnvironmentOptions] | None:
+    """Harbor 0.26's options model for this environment: levelfield's options beside Harbor's
+    own (auto_mounting); None on 0.25, which declares none."""
+    try:
+        from harbor.environments.options import EnvironmentOptions as HarborOptions
+    except ImportError:
+        return None
+
+    class LevelfieldOptions(EnvironmentOptions, HarborOptions):  # type: ignore[misc, valid-type]
+        model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    return LevelfieldOptions
+
+
+def _teach_error_policies() -> None:
+    """levelfield's sandbox errors (a ceiling hit, a sandbox that would not start or died) are
+    infrastructure's: retried, not graded, no valid reward. Harbor 0.25's table says so by a
+    cause (sandbox_failed), 0.26's by three flags. An entry Harbor already has stays."""
+    try:
+        from harbor.models.trial import error_policy as table
+    except ImportError:  # older than 0.25: no table
+        return
+    fields = {f.name for f in dataclasses.fields(table.ErrorPolicy)}
+    if "has_valid_reward" in fields:  # 0.26
+        infra = table.ErrorPolicy(should_retry=True, should_grade=False, has_valid_reward=False)
+    else:  # 0.25
+        infra = table.ErrorPolicy(table.FailureCause.SANDBOX_FAILED, retry=True, grade=False)
+    ours = {cls.__name__: infra for cls in _subclasses(errors.SandboxError)}
+    table.ERROR_POLICIES = MappingProxyType({**ours, **table.ERROR_POLICIES})
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [cls, *(s for sub in cls.__subclasses__() for s in _subclasses(sub))]
+
+
+_teach_error_policies()
+
+
 class LevelfieldEnvironment(BaseEnvironment):
     """One Harbor trial in one levelfield sandbox (process: cgroups + bubblewrap; oci: a
     container via the Docker Engine API, podman or Docker)."""
+
+    options_model: ClassVar[Any] = _declared_options()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         ours = {k: kwargs.pop(k) for k in list(kwargs) if k not in _HARBOR_KEYS}
         self._options = parse_options(ours)
         self._policy = self._options.resolved_policy()
         self._box: HarborBox | None = None
+        if self.options_model is not None:  # Harbor 0.26 reads its own options from here
+            harbor_own = {"auto_mounting": kwargs.get("auto_mounting", False)}
+            self.options = self.options_model.model_validate({**ours, **harbor_own})
         super().__init__(*args, **kwargs)
+
+    @classmethod
+    def preflight(cls, kwargs: dict[str, Any] | None = None) -> None:
+        """Before any trial is queued: the `--ek` options, with the keys this environment reads
+        named when one is wrong (Harbor prints a ValueError and exits 1). Harbor 0.25 calls it
+        without them: there the environment's constructor refuses them, trial by trial."""
+        try:
+            parse_options({k: v for k, v in (kwargs or {}).items() if k not in _HARBOR_KEYS})
+        except RunConfigError as exc:
+            raise ValueError(str(exc)) from None
+        if "kwargs" in inspect.signature(BaseEnvironment.preflight).parameters:
+            super().preflight(kwargs)  # type: ignore[misc]  # 0.26 checks options_model here
+        else:
+            super().preflight()  # type: ignore[misc]  # 0.25: credentials only, none here
 
     @staticmethod
     def type() -> str:

@@ -1,0 +1,62 @@
+"""What a user tells a hosted sandbox, whichever harness hosts it: the policy (or its floor and
+ceiling), the backend, and the uv shim. Harbor's `--ek` options (`harbor/options.py`) and
+Inspect's `SandboxConfig` (`inspect/config.py`) are this model; a bad value is refused when the
+options are read, before any trial starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from levelfield.errors import PolicyError
+from levelfield.policy import Policy, policy_from_bounds, resolve_policy
+
+DEFAULT_POLICY = "strict"  # what a harness's own memory limit means: the spec is the ceiling
+_POLICY_KEYS = ("policy", "floor", "ceiling")
+
+
+class HostedOptions(BaseModel):
+    """A policy and a backend for the trials of another harness."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    policy: str | None = Field(
+        None, description="strict, headroom, uncapped, a multiplier (3x) or FLOOR/CEILING."
+    )
+    floor: str | None = Field(None, description="1x, 2x, or absolute: memory=4g,cpus=2.")
+    ceiling: str | None = Field(None, description="3x, none, or absolute: memory=8g.")
+    backend: Literal["auto", "process", "oci"] = Field(
+        "auto", description="auto: oci for a task whose environment is an image, else process."
+    )
+    uv_shim: bool = Field(
+        False, description="oci: place uv/uvx before the verifier (offline machines)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _none_means_uncapped(cls, data: Any) -> Any:
+        """`ceiling=None` (Harbor parses `--ek ceiling=None` so) is uncapped, not "not given";
+        a number (`policy=3`) is read as its text."""
+        if not isinstance(data, dict):
+            return data
+        return {
+            key: ("none" if value is None else str(value)) if key in _POLICY_KEYS else value
+            for key, value in data.items()
+        }
+
+    @model_validator(mode="after")
+    def _one_way_to_say_the_policy(self) -> HostedOptions:
+        if self.policy is not None and (self.floor is not None or self.ceiling is not None):
+            raise ValueError("give either policy=... or floor=.../ceiling=..., not both")
+        try:
+            self.resolved_policy()
+        except PolicyError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    def resolved_policy(self) -> Policy:
+        if self.floor is not None or self.ceiling is not None:
+            floor = self.floor or "1x"
+            return policy_from_bounds(floor, self.ceiling or floor)
+        return resolve_policy(self.policy or DEFAULT_POLICY)

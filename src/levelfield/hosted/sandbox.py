@@ -1,0 +1,310 @@
+"""A levelfield sandbox serving one trial of another harness: the runner's lifecycle around the
+harness's own phases (backend start under the policy's limits, sampler and watch, evidence
+before close, telemetry, masking, the record), and each ceiling the kernel enforced during an
+exec turned into a levelfield exception (`errors.CeilingHit`) that names the kill and its
+counter.
+
+An exec that failed with its counter grown raises at once; one that succeeded (the agent
+recovered, e.g. a pip worker killed and retried) is remembered, and `close` hands it back only
+if the trial did not pass, as `outcome.classify` books a ceiling hit only against a trial that
+did not pass. Once a hit was raised the trial has ended for the harness; `ended_by` says by
+which, so that an adapter can refuse to let a grader give that trial a verdict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import secrets
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+
+from levelfield.errors import CeilingHit, SandboxError
+from levelfield.hosted import leftovers
+from levelfield.hosted.commands import ExecCall, ceiling_hit, shell_command
+from levelfield.hosted.record import RECORD_FILE, CeilingHitNote, EnvironmentRecord
+from levelfield.masking import Masker, known_secrets
+from levelfield.policy import Limits, Policy, apply_policy
+from levelfield.records import Evidence, PhaseResult, Telemetry
+from levelfield.sandbox import BackendOptions, Sandbox, get_backend
+from levelfield.sandbox.auto import route_task
+from levelfield.tasks import Task
+from levelfield.telemetry import Sampler, TrialWatch, host_context
+
+# A harness's exec may take no timeout to mean none; the sandbox needs a number. A week.
+NO_TIMEOUT_S = 7 * 24 * 3600.0
+COMMAND_CHARS = 300  # of each exec's command kept in execs.jsonl and the ceiling notes
+
+
+def cache_dir() -> Path:
+    """Where the backends keep what outlives a trial (image build logs and their locks)."""
+    default = Path.home() / ".cache" / "levelfield" / "harbor"
+    return Path(os.environ.get("LEVELFIELD_HARBOR_DIR", default))
+
+
+@dataclass(frozen=True, slots=True)
+class Hosting:
+    """Where a hosted trial runs and keeps its record: the backend (`auto` routes the task),
+    the record folder, the trial's name there, and the harness's run prefix (leftovers.py)."""
+
+    backend: str
+    record_dir: Path
+    trial_name: str
+    run_prefix: str
+    uv_shim: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ExecOutput:
+    output: str
+    exit_code: int
+    timed_out: bool
+
+
+class HostedSandbox:
+    """Started by `start`, closed by `close`, which writes the record into `hosting.record_dir`.
+    Thread-safe for the harness's concurrent execs within the trial."""
+
+    def __init__(self, task: Task, policy: Policy, hosting: Hosting) -> None:
+        self.task, self.policy, self.hosting = task, policy, hosting
+        self.limits: Limits = apply_policy(policy, task.spec)
+        # absolute: the process backend mounts the trial's disk below it, and finds that mount
+        # again by its absolute path (Inspect hands over its log's path relative to the cwd)
+        self.dir = hosting.record_dir.absolute()
+        self.backend_name = (
+            route_task(task).backend if hosting.backend == "auto" else hosting.backend
+        )
+        self.run_id = leftovers.run_id(hosting.run_prefix)
+        self.masker: Masker = known_secrets()
+        self.ended_by: CeilingHit | None = None  # the first hit raised: the trial ended there
+        self._box: Sandbox | None = None
+        self._stack = ExitStack()
+        self._watch = TrialWatch()
+        self._sampler: Sampler | None = None
+        self._numbers = itertools.count(1)
+        self._pid_files: dict[int, PurePosixPath] = {}
+        self._lock = threading.Lock()
+        self._hits: list[CeilingHitNote] = []
+        self._unraised: list[CeilingHit] = []
+        self._execs = 0
+        self._phase_s: dict[str, float] = {}
+        self._phase, self._phase_t = "start", time.monotonic()
+        self._host = host_context(1)
+        self._started = datetime.now(UTC)
+        self._enforcement = ""
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / leftovers.OWNER_FILE).write_text(self.run_id)
+        backend = get_backend(
+            self.backend_name,
+            BackendOptions(self.run_id, cache_dir(), uv_shim=self.hosting.uv_shim),
+        )
+        leftovers.reap_dead_runs(backend, self.hosting.run_prefix)
+        self._enforcement = backend.enforcement().describe()
+        box = backend.start(
+            self.task, self.limits, trial_id=self.hosting.trial_name, trial_dir=self.dir
+        )
+        self._box = box
+        try:
+            self._sampler = self._stack.enter_context(Sampler(box))
+            self._stack.enter_context(self._watch.begin(box))
+        except BaseException:
+            self._stack.close()
+            box.close()
+            raise
+        self.mark("agent")
+
+    def close(self, passed: bool) -> CeilingHit | None:
+        """Close the sandbox and write the record. Returns the ceiling hit to raise when one
+        was survived by its exec but the trial did not pass."""
+        box, self._box = self._box, None
+        if box is None:
+            return None
+        self.mark("done")
+        try:
+            evidence = box.evidence()  # the counters vanish with the cgroup
+            self._watch.finish()
+        finally:
+            self._stack.close()
+            box.close()
+        late = None if passed else self.survived()
+        if late is not None:
+            self.note_raised(late)
+        self._write_record(box, evidence)
+        with contextlib.suppress(OSError):
+            (self.dir / "exec").rmdir()  # each exec's log is read and removed; keep no husk
+        return late
+
+    @property
+    def is_started(self) -> bool:
+        return self._box is not None
+
+    # -- exec -------------------------------------------------------------------------------
+
+    def number(self) -> int:
+        """A number for the next exec, so that `cancel` can find its process group."""
+        return next(self._numbers)
+
+    def run(self, call: ExecCall, number: int | None = None) -> ExecOutput:
+        """The exec's output and exit code; raises the CeilingHit of a failed exec."""
+        box = self.sandbox()
+        number = number if number is not None else self.number()
+        log = self.dir / "exec" / f"{number}.log"
+        timeout_s = float(call.timeout_s) if call.timeout_s else NO_TIMEOUT_S
+        before = box.evidence()
+        result = box.exec(
+            shell_command(call, pid_file=self.pid_file(number)),
+            timeout_s=timeout_s,
+            log_path=log,
+            env=call.env,
+        )
+        after = box.evidence()
+        output = _read_and_remove(log)
+        hit = ceiling_hit(before, after, self.limits, result, output)
+        failed = result.timed_out or result.exit_code != 0
+        self._note(number, call, result, hit, failed)
+        if hit is not None and failed:
+            raise hit
+        return ExecOutput(output, int(result.exit_code or 0), result.timed_out)
+
+    def cancel(self, number: int) -> None:
+        """The harness cancelled an exec: kill its process group, as a timeout would, so that
+        it does not run on beside the next phase."""
+        box = self._box
+        if box is None:
+            return
+        pid_file = self.pid_file(number)
+        kill = f'p=$(cat {pid_file} 2>/dev/null) && kill -KILL -- "-$p" 2>/dev/null; true'
+        box.exec(kill, timeout_s=30, log_path=self.dir / "exec" / "cancel.log")
+
+    def survived(self) -> CeilingHit | None:
+        """The first ceiling hit an exec survived, not raised yet."""
+        with self._lock:
+            return self._unraised[0] if self._unraised else None
+
+    def note_raised(self, hit: CeilingHit) -> None:
+        """`hit`, survived by its exec, is raised now (the trial did not pass)."""
+        with self._lock:
+            self._unraised = [h for h in self._unraised if h is not hit]
+            self.ended_by = self.ended_by or hit
+            self._hits = [
+                h.model_copy(update={"raised": True}) if h.message == str(hit) else h
+                for h in self._hits
+            ]
+
+    # -- internals --------------------------------------------------------------------------
+
+    def sandbox(self) -> Sandbox:
+        if self._box is None:
+            raise SandboxError("the levelfield sandbox is not started (or already stopped)")
+        return self._box
+
+    def pid_file(self, number: int) -> PurePosixPath:
+        """Where exec `number` keeps its pid (and, beside it, its stderr), under a name the agent
+        cannot guess: a FIFO it planted at a known name would hang the grader's exec, and the
+        trial would end as a timeout that is not the agent's."""
+        with self._lock:
+            if number not in self._pid_files:
+                token = secrets.token_hex(8)
+                self._pid_files[number] = (
+                    PurePosixPath("/tmp") / f".levelfield-{token}-{number}.pid"
+                )
+            return self._pid_files[number]
+
+    def mark(self, phase: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if phase == self._phase:
+                return
+            self._phase_s[self._phase] = round(now - self._phase_t, 3)
+            self._phase, self._phase_t = phase, now
+        if phase != "done":
+            self._watch.mark(phase)
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    def _note(
+        self,
+        number: int,
+        call: ExecCall,
+        result: PhaseResult,
+        hit: CeilingHit | None,
+        failed: bool,
+    ) -> None:
+        command = self.masker.text(call.command)[:COMMAND_CHARS]
+        line = {
+            "exec": number,
+            "phase": self._phase,
+            "command": command,
+            "exit_code": result.exit_code,
+            "timed_out": result.timed_out,
+            "duration_s": round(result.duration_s, 3),
+            "ceiling_hit": str(hit) if hit else None,
+        }
+        with self._lock:
+            self._execs += 1
+            with open(self.dir / "execs.jsonl", "a") as fh:
+                fh.write(json.dumps(line) + "\n")
+            if hit is not None:
+                note = CeilingHitNote(
+                    exception=type(hit).__name__,
+                    message=str(hit),
+                    command=command,
+                    exit_code=result.exit_code,
+                    raised=failed,
+                )
+                self._hits.append(note)
+                if failed:
+                    self.ended_by = self.ended_by or hit
+                else:
+                    self._unraised.append(hit)
+
+    def _write_record(self, box: Sandbox, evidence: Evidence) -> None:
+        notes = tuple(f"{h.exception}: {h.message} (raised: {h.raised})" for h in self._hits)
+        telemetry = Telemetry(
+            host=self._host,
+            samples=tuple(self._sampler.samples if self._sampler else ()),
+            phase_s=dict(self._phase_s),
+            sample_every_s=self._sampler.every_s if self._sampler else 0.0,
+        )
+        finished = datetime.now(UTC)
+        record = EnvironmentRecord(
+            trial_name=self.hosting.trial_name,
+            task=self.task.name,
+            policy=self.policy.name,
+            policy_bounds=self.policy.describe(),
+            spec=asdict(self.task.spec),
+            limits=asdict(self.limits),
+            backend=self.backend_name,
+            enforcement=self._enforcement,
+            evidence=evidence.model_copy(update={"notes": (*evidence.notes, *notes)}),
+            telemetry=self._watch.add_to(telemetry),
+            ceiling_hits=tuple(self._hits),
+            execs=self._execs,
+            image=box.image,
+            started_at=self._started.isoformat(timespec="milliseconds"),
+            finished_at=finished.isoformat(timespec="milliseconds"),
+            duration_s=round((finished - self._started).total_seconds(), 3),
+        )
+        path = self.dir / RECORD_FILE
+        path.write_text(self.masker.record(record).model_dump_json(indent=2))
+
+
+def _read_and_remove(log: Path) -> str:
+    try:
+        return log.read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+    finally:
+        log.unlink(missing_ok=True)
