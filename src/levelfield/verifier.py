@@ -54,10 +54,6 @@ TEST = "bash /tests/test.sh"
 LEFT_BY_AGENT = "left-in-logs-verifier"  # in the trial directory: what the agent left there
 GRADER_LOGS = "logs-verifier"  # in the trial directory: the grader's /logs/verifier, until the
 # runner puts it at logs/verifier beside the agent's logs
-IN_SANDBOX = (
-    "the grader ran in the agent's sandbox (this backend cannot start it apart here): a process "
-    "the agent left running shared it"
-)
 # What test runners write beside the tests they run (pytest's caches, Python's bytecode): an
 # addition like these is the grader's own. An added conftest.py or pytest.ini is not: pytest
 # would load it as part of the tests.
@@ -140,8 +136,7 @@ def _apart(
     shipped = _tree.digests(task.tests_dir)
     log = trial_dir / "verifier.log"
     offset = log.stat().st_size if log.exists() else 0
-    command = f"{judge.view.prelude}\n{TEST}" if judge.view.prelude else TEST
-    phase = judge.run(command, timeout_s=task.verifier_timeout_s, log_path=log)
+    phase = judge.run(TEST, timeout_s=task.verifier_timeout_s, log_path=log)
     changed, added = tests_changes(shipped, judge.digests(TESTS_DIR))
     reader = _Both(judge, box)
     reward, problem = read_reward(reader)
@@ -190,7 +185,7 @@ def _in_sandbox(task: Task, box: Sandbox, trial_dir: Path, left_notes: list[str]
     reward, problem = read_reward(box)
     tampered = [*before, *_line("/tests changed while the grader ran", changed)]
     notes = [
-        IN_SANDBOX,
+        grader.IN_SANDBOX,
         *left_notes,
         *_line("/tests gained while the grader ran", added),
         *([problem] if problem else []),

@@ -144,7 +144,10 @@ def _with_record(
     """Classified as a native trial: the kernel's counters first, then the exception (a
     levelfield one by its class, Harbor's by the import's table), then the reward."""
     error = _error_of(exception_type)
-    reason = classify(PhaseLog(evidence=record.evidence, reward=reward, error=error))
+    log = PhaseLog(
+        evidence=record.evidence, reward=reward, error=error, tampered=record.grader_tampered
+    )
+    reason = classify(log)
     if error is None and exception_type is not None and reason in (
         Reason.TESTS_PASSED, Reason.TESTS_FAILED, Reason.VERIFIER_ERROR,
     ):  # fmt: skip

@@ -25,13 +25,14 @@ from levelfield.harbor.record import RECORD_DIR
 from levelfield.hosted.commands import ExecCall, ceiling_hit, shell_command
 from levelfield.hosted.sandbox import HostedSandbox, Hosting
 from levelfield.policy import Policy
-from levelfield.sandbox import Sandbox
+from levelfield.sandbox import Sandbox, _tree
 from levelfield.tasks import Task
 
 __all__ = ["ExecCall", "HarborBox", "ceiling_hit", "shell_command"]
 
 TESTS_DIR = PurePosixPath("/tests")  # its upload starts the verifier's phase
 LOGS_DIR = PurePosixPath("/logs")
+VERIFIER_DIR = LOGS_DIR / "verifier"
 
 
 class HarborBox(HostedSandbox):
@@ -67,17 +68,18 @@ class HarborBox(HostedSandbox):
     # -- files ------------------------------------------------------------------------------
 
     def upload_file(self, source: Path, target: str) -> None:
-        self._require().copy_in(Path(source), PurePosixPath(target))
+        self.put(Path(source), PurePosixPath(target))
 
     def upload_dir(self, source: Path, target: str) -> None:
-        """Into what is there, as `docker cp` does; /tests replaces whatever the agent left
-        there (and brings the uv shim on oci), and starts the verifier's phase."""
+        """Into what is there, as `docker cp` does. /tests starts the verifier's phase: the
+        grader then stands apart (`hosted/sandbox.py`), and /tests is on its disk alone."""
         box, dest = self._require(), PurePosixPath(target)
         if dest == TESTS_DIR:
             if self.ended_by is not None:
                 raise self.ended_by  # the ceiling ended the trial: nothing is left to grade
-            self.mark("verifier")
-            box.copy_in(Path(source), dest)
+            first = not self.grading
+            self.begin_grading()
+            self.put(Path(source), dest, merge=not first)
             return
         packed = self.dir / f"upload-{self.number()}.tar"
         with tarfile.open(packed, "w") as tar:
@@ -100,7 +102,8 @@ class HarborBox(HostedSandbox):
             raise SandboxError(f"upload of {source} to {target} failed ({code}): {output[-500:]}")
 
     def download_file(self, source: str, target: Path) -> None:
-        data = self._require().read_file(PurePosixPath(source))
+        found = self.entry(PurePosixPath(source), max_bytes=_tree.READ_MAX_BYTES)
+        data = found.data if found.kind == "file" else None
         if data is None:
             raise FileNotFoundError(f"{source} not found in the sandbox")
         Path(target).parent.mkdir(parents=True, exist_ok=True)
@@ -110,6 +113,8 @@ class HarborBox(HostedSandbox):
         """/logs/* from the host side (no exec, no room needed on a full disk); else by tar."""
         box, src, dest = self._require(), PurePosixPath(source), Path(target)
         dest.mkdir(parents=True, exist_ok=True)
+        if src == VERIFIER_DIR and self.keep_grader_logs(dest):
+            return
         if src == LOGS_DIR or LOGS_DIR in src.parents:
             with tempfile.TemporaryDirectory() as tmp:
                 box.collect_logs(Path(tmp))

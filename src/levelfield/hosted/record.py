@@ -52,6 +52,11 @@ class EnvironmentRecord(BaseModel):
     evidence: Evidence
     telemetry: Telemetry
     ceiling_hits: tuple[CeilingHitNote, ...] = ()
+    grader_tampered: tuple[str, ...] = Field(
+        (),
+        description="Processes not the grader's that touched its files while it ran (the "
+        "witness refused them): the agent changed the grader.",
+    )
     execs: int = Field(0, description="The harness's exec calls in this trial.")
     image: ImageRecord | None = None
     started_at: str

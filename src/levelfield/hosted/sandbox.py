@@ -4,6 +4,11 @@ before close, telemetry, masking, the record), and each ceiling the kernel enfor
 exec turned into a levelfield exception (`errors.CeilingHit`) that names the kill and its
 counter.
 
+Once the harness starts its grader (its upload of /tests), the grader stands apart as in a native
+trial (`sandbox/grader.py`): every later exec runs in the grader's own namespaces, the files under
+/tests and /logs/verifier are the grader's disk's, and what the agent left running is listed in
+the record.
+
 An exec that failed with its counter grown raises at once; one that succeeded (the agent
 recovered, e.g. a pip worker killed and retried) is remembered, and `close` hands it back only
 if the trial did not pass, as `outcome.classify` books a ceiling hit only against a trial that
@@ -32,7 +37,7 @@ from levelfield.hosted.record import RECORD_FILE, CeilingHitNote, EnvironmentRec
 from levelfield.masking import Masker, known_secrets
 from levelfield.policy import Limits, Policy, apply_policy
 from levelfield.records import Evidence, PhaseResult, Telemetry
-from levelfield.sandbox import BackendOptions, Sandbox, get_backend
+from levelfield.sandbox import BackendOptions, Sandbox, _tree, get_backend, grader
 from levelfield.sandbox.auto import route_task
 from levelfield.tasks import Task
 from levelfield.telemetry import Sampler, TrialWatch, host_context
@@ -58,6 +63,17 @@ class Hosting:
     trial_name: str
     run_prefix: str
     uv_shim: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GraderFound:
+    """What the harness's grader, standing apart, saw: processes not its own that touched its
+    files (the agent's doing), its notes, and what the agent had left running."""
+
+    apart: bool = False
+    tampered: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    left_running: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +114,9 @@ class HostedSandbox:
         self._host = host_context(1)
         self._started = datetime.now(UTC)
         self._enforcement = ""
+        self._grader: grader.Grader | None = None
+        self._grading = False  # the harness's grader has begun (apart, or in the sandbox)
+        self._found = GraderFound()  # what the grader apart saw, kept for the record
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -135,7 +154,9 @@ class HostedSandbox:
             self._watch.finish()
         finally:
             self._stack.close()
+            self._close_grader()
             box.close()
+        evidence = self._with_grader_evidence(evidence)
         late = None if passed else self.survived()
         if late is not None:
             self.note_raised(late)
@@ -161,12 +182,11 @@ class HostedSandbox:
         log = self.dir / "exec" / f"{number}.log"
         timeout_s = float(call.timeout_s) if call.timeout_s else NO_TIMEOUT_S
         before = box.evidence()
-        result = box.exec(
-            shell_command(call, pid_file=self.pid_file(number)),
-            timeout_s=timeout_s,
-            log_path=log,
-            env=call.env,
-        )
+        command = shell_command(call, pid_file=self.pid_file(number))
+        if self._grader is not None:  # the grader's own namespaces: the harness's env only
+            result = self._grader.run(command, timeout_s=timeout_s, log_path=log, env=call.env)
+        else:
+            result = box.exec(command, timeout_s=timeout_s, log_path=log, env=call.env)
         after = box.evidence()
         output = _read_and_remove(log)
         hit = ceiling_hit(before, after, self.limits, result, output)
@@ -178,9 +198,12 @@ class HostedSandbox:
 
     def cancel(self, number: int) -> None:
         """The harness cancelled an exec: kill its process group, as a timeout would, so that
-        it does not run on beside the next phase."""
+        it does not run on beside the next phase. A grader's exec ends with its namespace."""
         box = self._box
         if box is None:
+            return
+        if self._grader is not None:
+            self._grader.cancel()
             return
         pid_file = self.pid_file(number)
         kill = f'p=$(cat {pid_file} 2>/dev/null) && kill -KILL -- "-$p" 2>/dev/null; true'
@@ -200,6 +223,58 @@ class HostedSandbox:
                 h.model_copy(update={"raised": True}) if h.message == str(hit) else h
                 for h in self._hits
             ]
+
+    # -- the grader -------------------------------------------------------------------------
+
+    def begin_grading(self) -> None:
+        """The harness's grader begins: from now on its execs run apart, and /tests and
+        /logs/verifier are the grader's. Where the backend cannot start it apart (a remote
+        engine) it runs in the sandbox, as the harness would run it, and the record says so."""
+        with self._lock:
+            if self._grading:
+                return
+            self._grading = True
+        self.mark("verifier")
+        self._grader = grader.Grader.start(self.sandbox(), self.dir)
+
+    @property
+    def grading(self) -> bool:
+        return self._grading
+
+    def put(self, source: Path, target: PurePosixPath, *, merge: bool = False) -> None:
+        """A file or tree of the harness's at `target`: on the grader's disk for its paths."""
+        if self._grader is not None and self._grader.owns(target):
+            self._grader.copy_in(source, target, merge=merge)
+        else:
+            self.sandbox().copy_in(source, target)
+
+    def entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
+        """What `path` is, read from outside: the grader's disk for its paths."""
+        if self._grader is not None and self._grader.owns(path):
+            return self._grader.read_entry(path, max_bytes=max_bytes)
+        return self.sandbox().read_entry(path, max_bytes=max_bytes)
+
+    def keep_grader_logs(self, dest: Path) -> bool:
+        """The grader's /logs/verifier into `dest`; False when the grader ran in the sandbox."""
+        if self._grader is None:
+            return False
+        self._grader.keep_logs(dest)
+        return True
+
+    def _close_grader(self) -> None:
+        judge, self._grader = self._grader, None
+        if judge is not None:
+            self._found = GraderFound(
+                True, tuple(judge.intrusions()), tuple(judge.notes()), judge.view.leftovers
+            )
+            judge.close()
+
+    def _with_grader_evidence(self, evidence: Evidence) -> Evidence:
+        found = self._found
+        notes = found.notes if found.apart or not self._grading else (grader.IN_SANDBOX,)
+        return evidence.model_copy(
+            update={"notes": (*evidence.notes, *notes), "left_running": found.left_running}
+        )
 
     # -- internals --------------------------------------------------------------------------
 
@@ -291,6 +366,7 @@ class HostedSandbox:
             evidence=evidence.model_copy(update={"notes": (*evidence.notes, *notes)}),
             telemetry=self._watch.add_to(telemetry),
             ceiling_hits=tuple(self._hits),
+            grader_tampered=self._found.tampered,
             execs=self._execs,
             image=box.image,
             started_at=self._started.isoformat(timespec="milliseconds"),

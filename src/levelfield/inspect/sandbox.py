@@ -172,13 +172,12 @@ class LevelfieldSandbox(SandboxEnvironment):
         )
 
     async def write_file(self, file: str, contents: str | bytes) -> None:
-        """The first file written under /tests starts the grader's phase: /tests is made anew
-        first (what the agent left there is gone; on oci the uv shim comes with it)."""
+        """The first file written under /tests starts the grader's phase: the grader then
+        stands apart (`hosted/sandbox.py`), with /tests on its own disk, new and empty."""
         path = self._absolute(file)
         data = contents.encode() if isinstance(contents, str) else contents
-        if TESTS_DIR in path.parents and self.box.phase != "verifier":
-            self.box.mark("verifier")
-            await anyio.to_thread.run_sync(self._fresh_tests)
+        if TESTS_DIR in path.parents and not self.box.grading:
+            await anyio.to_thread.run_sync(self.box.begin_grading)
         await anyio.to_thread.run_sync(self._put, path, data)
 
     @overload
@@ -211,16 +210,12 @@ class LevelfieldSandbox(SandboxEnvironment):
             local = Path(tmp) / "file"
             local.write_bytes(data)
             try:
-                self.box.sandbox().copy_in(local, path)
+                self.box.put(local, path)
             except SandboxStartError as exc:  # the process backend: not a writable path
                 raise PermissionError(13, str(exc), str(path)) from None
 
-    def _fresh_tests(self) -> None:
-        with tempfile.TemporaryDirectory() as tmp:
-            self.box.sandbox().copy_in(Path(tmp), TESTS_DIR)
-
     def _entry(self, path: PurePosixPath) -> Entry:
-        return self.box.sandbox().read_entry(path, max_bytes=READ_MAX_BYTES)
+        return self.box.entry(path, max_bytes=READ_MAX_BYTES)
 
     def _raise_survived_kill(self, parse: Any, data: bytes) -> None:
         """A kill an exec survived, raised as the grader reads a reward below 1: the sample

@@ -284,24 +284,28 @@ def renew_dir(root: Path, rel: PurePosixPath, keep_in: Path) -> tuple[str, ...]:
     return tuple(listed)
 
 
-def copy_in(src: Path, root: Path, rel: PurePosixPath) -> None:
+def copy_in(src: Path, root: Path, rel: PurePosixPath, *, merge: bool = False) -> None:
     """Put the harness's `src` (a file or a tree) at `root/rel`, replacing what the sandbox left
-    there and never writing through a link it made."""
+    there (with `merge`, a tree goes into what is there, as `docker cp` does) and never writing
+    through a link it made."""
     if not src.is_dir():
         with closing_fd(open_dir(root, rel.parent, replace=True)) as parent:
             write_file(parent, rel.name, src)
         return
     with closing_fd(open_dir(root, rel, replace=True)) as fd:
-        empty_dir(fd)
+        if not merge:
+            empty_dir(fd)
         _copy_host_tree(src, fd)
 
 
 def _copy_host_tree(src: Path, dest_fd: int) -> None:
     for entry in os.scandir(src):
         if entry.is_symlink():
+            remove_entry(dest_fd, entry.name)
             os.symlink(os.readlink(entry.path), entry.name, dir_fd=dest_fd)
         elif entry.is_dir(follow_symlinks=False):
-            os.mkdir(entry.name, 0o755, dir_fd=dest_fd)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(entry.name, 0o755, dir_fd=dest_fd)
             with closing_fd(os.open(entry.name, _DIR_FLAGS, dir_fd=dest_fd)) as child:
                 _copy_host_tree(Path(entry.path), child)
         elif entry.is_file(follow_symlinks=False):

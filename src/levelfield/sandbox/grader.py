@@ -30,7 +30,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
+import threading
 import time
 from pathlib import Path, PurePosixPath
 
@@ -46,6 +48,10 @@ TMPDIR = PurePosixPath("/run/levelfield-grader/tmp")
 # Where each grader path lives on its disk, and with which mode.
 LAYOUT = {TESTS: ("tests", 0o755), VERIFIER: ("verifier", 0o755), HOME: ("home", 0o700),
           TMPDIR: ("tmp", 0o1777)}  # fmt: skip
+IN_SANDBOX = (
+    "the grader ran in the agent's sandbox (this backend cannot start it apart here): a process "
+    "the agent left running shared it"
+)
 SCRATCH = "view"  # what a backend builds the grader's view from (oci: its /etc)
 # Sparse: the grader's downloads (uv, a CPython, pytest) take real space only as written.
 DISK_BYTES = 8 << 30
@@ -59,6 +65,9 @@ class Grader:
         self._intrusions: list[str] = []
         self._notes: list[str] = list(view.notes)
         self.setup_failure: str | None = None  # bubblewrap's words when the view failed to form
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._prelude = view.prelude  # not run yet
+        self._lock = threading.Lock()
 
     @classmethod
     def start(cls, box: Sandbox, trial_dir: Path) -> Grader | None:
@@ -92,8 +101,8 @@ class Grader:
                 return self.disk / name, PurePosixPath(path.relative_to(inside))
         raise SandboxStartError(f"{path} is not the grader's")
 
-    def copy_in(self, src: Path, dest: PurePosixPath) -> None:
-        _tree.copy_in(src, *self.split(dest))
+    def copy_in(self, src: Path, dest: PurePosixPath, *, merge: bool = False) -> None:
+        _tree.copy_in(src, *self.split(dest), merge=merge)
 
     def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
         return _tree.read_entry(*self.split(path), max_bytes=max_bytes)
@@ -127,6 +136,7 @@ class Grader:
         start, never the agent's."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = _output.log_size(log_path)
+        command = self._first(command)
         witness = self._witness()
         block_read, block_write = os.pipe()
         try:
@@ -179,13 +189,28 @@ class Grader:
             )
         finally:
             os.close(out_write)  # the pump ends at the pipe's end, started or not
+        with self._lock:
+            self._running.add(proc)
         if witness is not None:
             witness.allow(proc.pid)  # before anything in it may open the grader's files
         with contextlib.suppress(OSError):
             os.write(block_write, b"x")  # bubblewrap reads one byte, then starts test.sh
-        timed_out = _output.wait_or_kill(proc, timeout_s)
+        try:
+            timed_out = _output.wait_or_kill(proc, timeout_s)
+        finally:
+            with self._lock:
+                self._running.discard(proc)
         pump.drain(_output.CLOSE_S)  # the namespace is gone: so is every writer
         return proc.returncode, timed_out, time.monotonic() - started, not _unread(block_read)
+
+    def _first(self, command: str) -> str:
+        """The view's prelude (the uv shim's links into the grader's HOME) comes with the first
+        command the grader runs; a harness's grader may run several."""
+        with self._lock:
+            prelude, self._prelude = self._prelude, ""
+        if not prelude:
+            return command
+        return f"(\n{prelude}\n) || echo 'levelfield: the prelude of the grader failed' >&2\n{command}"
 
     def argv(self, command: str, *, block_fd: int) -> list[str]:
         view = self.view
@@ -225,6 +250,15 @@ class Grader:
             self._notes.append(f"the grader ran without its witness: {exc.strerror}")
             return None
         return witness
+
+    def cancel(self) -> None:
+        """Kill every run in flight (a harness cancelled its exec): each namespace ends with
+        its bubblewrap."""
+        with self._lock:
+            running = list(self._running)
+        for proc in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
     # -- what it found ----------------------------------------------------------------------
 
