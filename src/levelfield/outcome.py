@@ -8,6 +8,7 @@ and an error nobody listed is a `harness_error` (our bug), never the agent's fai
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
@@ -43,6 +44,7 @@ OUTCOME_OF: Final = MappingProxyType(
         Reason.API_ERROR: Outcome.INFRA_ERROR,
         Reason.HARNESS_ERROR: Outcome.INFRA_ERROR,
         Reason.GRADER_TAMPERED: Outcome.FAILED,  # the agent changed /tests or the reward's place
+        Reason.BUDGET_EXHAUSTED: Outcome.FAILED,  # it spent its model budget and did not finish
     }
 )
 
@@ -91,10 +93,13 @@ class PhaseLog:
 # the proxy's record of a CLI's calls, what a CLI says of its last call). The API's: a refused
 # key (401, 403), rate limits and overload that the retries did not get past, a server error, no
 # answer at all or an answer broken off. The agent's: any other 4xx (a malformed request, a
-# context too long) and a call it cut short itself (its own deadline, its own exit).
+# context too long) and a call it cut short itself (its own deadline, its own exit). So are the
+# attempts the proxy refused (a path it does not carry, a call past the trial's model budget),
+# whatever status their answer had: they never reached the API.
 API_STOP_OUTCOMES: Final = frozenset(
     {"rate_limited", "overloaded", "server_error", "connection_error"}
 )
+AGENTS_OWN_OUTCOMES: Final = frozenset({"cut_short", "refused", "budget_exhausted"})
 AUTH_STATUSES: Final = frozenset({401, 403})
 
 
@@ -114,16 +119,42 @@ def outcome_for_status(status: int | None, text: str = "") -> str:
 
 def is_api_failure(status: int | None, outcome: str) -> bool:
     """The one rule: is a call that ended this way the API's failure rather than the agent's?"""
+    if outcome in AGENTS_OWN_OUTCOMES:
+        return False
     return outcome in API_STOP_OUTCOMES or (outcome != "ok" and status in AUTH_STATUSES)
 
 
 def stopping_call(calls: tuple[ApiCall, ...] | list[ApiCall]) -> ApiCall | None:
-    """The failed call that stopped the agent: its last call, when no success came after it and
-    the failure was the API's."""
-    last = calls[-1] if calls else None
+    """The failed call that stopped the agent: its last call (attempts the proxy refused as not
+    model calls aside: they reached no API), when no success came after it and the failure was
+    the API's."""
+    relayed = [c for c in calls if c.outcome != "refused"]
+    last = relayed[-1] if relayed else None
     if last is None or not is_api_failure(last.status, last.outcome):
         return None
     return last
+
+
+# A refused attempt past the first ones the proxy records stands for the run of refusals in a
+# row it ended (`model_api._recording`); its error ends with this.
+REFUSAL_RUN = "(the last of {n} refused attempts in a row)"
+_REFUSAL_RUN = re.compile(r"\(the last of (\d+) refused attempts in a row\)$")
+
+
+def refusals(calls: tuple[ApiCall, ...] | list[ApiCall], outcome: str) -> int:
+    """How many attempts the proxy refused with this outcome (`refused`, `budget_exhausted`),
+    counting the runs that one recorded entry stands for."""
+    count = 0
+    for call in calls:
+        if call.outcome == outcome:
+            run = _REFUSAL_RUN.search(call.error or "")
+            count += int(run.group(1)) if run else 1
+    return count
+
+
+def budget_call(calls: tuple[ApiCall, ...] | list[ApiCall]) -> ApiCall | None:
+    """The last call refused because the trial's model budget was spent, if any was."""
+    return next((c for c in reversed(calls) if c.outcome == "budget_exhausted"), None)
 
 
 def reason_for_error(exc: BaseException) -> Reason:
@@ -160,8 +191,12 @@ def classify(log: PhaseLog) -> Reason:
     """Kernel evidence, then the harness's own errors, then a setup that failed, then a model
     API that stopped the agent (its last call through the proxy failed, or the CLI itself said
     so), then a grader the agent broke, then a grader that timed out, graded nothing or wrote
-    no reward (even after an agent timeout: `ungraded_after_timeout`), then an agent timeout,
-    then the reward.
+    no reward (even after an agent timeout: `ungraded_after_timeout`), then a model budget the
+    agent spent, then an agent timeout, then the reward.
+
+    A spent budget is the agent's like a timeout, and like one it decides only a trial that did
+    not pass and whose grader graded: the agent may have finished before it ran out. Once it
+    is spent, what the CLI then says of its API (the refusal it got) is not an outage.
 
     A ceiling hit only decides when the trial did not pass: an agent that ran into its pids
     ceiling once, recovered and passed the tests has passed. A grader the agent changed
@@ -177,9 +212,10 @@ def classify(log: PhaseLog) -> Reason:
         return reason_for_error(log.error)
     if log.setup is not None and log.setup.failed:
         return Reason.AGENT_SETUP_FAILED
-    if stopping_call(log.api_calls) is not None and not passed:
+    spent = budget_call(log.api_calls) is not None
+    if stopping_call(log.api_calls) is not None and not passed and not spent:
         return Reason.API_ERROR  # also when the CLI then waited out its timeout in backoff
-    if log.report is not None and log.report.api_failure and not passed:
+    if log.report is not None and log.report.api_failure and not passed and not spent:
         return Reason.API_ERROR  # what an unproxied CLI said of its API, even in backoff
     if log.grader_broken is not None and not passed:
         return Reason.GRADER_BROKEN  # the agent's own changes left the grader unable to run
@@ -189,6 +225,8 @@ def classify(log: PhaseLog) -> Reason:
         return Reason.VERIFIER_ERROR
     if log.reward is None:
         return Reason.VERIFIER_ERROR  # a timed-out agent too: its verifier could have passed it
+    if spent and not passed:
+        return Reason.BUDGET_EXHAUSTED  # also when the CLI then waited out its timeout
     if log.agent is not None and log.agent.timed_out and not passed:
         return Reason.AGENT_TIMEOUT
     return reason_for_reward(log.reward)

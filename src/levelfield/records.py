@@ -40,6 +40,7 @@ class Reason(StrEnum):
     API_ERROR = "api_error"
     HARNESS_ERROR = "harness_error"
     GRADER_TAMPERED = "grader_tampered"
+    BUDGET_EXHAUSTED = "budget_exhausted"
 
 
 class _Frozen(BaseModel):
@@ -196,9 +197,34 @@ class Telemetry(_Frozen):
     health: Health | None = None
 
 
+class ModelBudget(_Frozen):
+    """What one trial's model calls may spend: part of the configuration a score is reported
+    under, like the resource ceilings. Kept by whoever sees the calls (`model_api.budget`)."""
+
+    max_tokens: int | None = Field(
+        None, ge=1, description="Tokens in + out over the trial's model calls; None: no ceiling."
+    )
+    max_cost_usd: float | None = Field(
+        None, gt=0, description="US dollars at the price table (--prices); None: no ceiling."
+    )
+
+    @property
+    def is_set(self) -> bool:
+        return self.max_tokens is not None or self.max_cost_usd is not None
+
+    def describe(self) -> str:
+        """As the reports print it: `200,000 tokens, $0.5`, or `none`."""
+        parts = []
+        if self.max_tokens is not None:
+            parts.append(f"{self.max_tokens:,} tokens")
+        if self.max_cost_usd is not None:
+            parts.append(f"${self.max_cost_usd:g}")
+        return ", ".join(parts) or "none"
+
+
 class ApiCall(_Frozen):
     """One request to a model API, as the terminal agent made it or the proxy relayed it for a
-    CLI agent (keys never recorded)."""
+    CLI agent (keys never recorded), or an attempt the proxy refused."""
 
     started_at: str = Field(description="UTC, ISO 8601.")
     latency_s: float
@@ -212,10 +238,13 @@ class ApiCall(_Frozen):
         "client_error",
         "connection_error",
         "cut_short",  # the agent's side ended it before the answer was whole (outcome.py)
+        "refused",  # not a model call the proxy carries (model_api/allowlist.py): never relayed
+        "budget_exhausted",  # the trial's model budget was spent (model_api/budget.py)
     ]
     tokens_in: int | None = None
     tokens_out: int | None = None
     endpoint: str | None = Field(None, description="API path, e.g. /v1/messages.")
+    method: str | None = Field(None, description="HTTP method, as the agent sent it.")
     first_token_s: float | None = Field(
         None, description="Time to the first content; the whole latency when not streamed."
     )
@@ -352,6 +381,9 @@ class TrialRecord(_Frozen):
     )
     limits_disclosed: bool = Field(
         False, description="The agent was told its floor and ceiling (a factor of the trial)."
+    )
+    budget: ModelBudget | None = Field(
+        None, description="The model budget its calls were held to; None: no ceiling."
     )
     started_at: str
     finished_at: str

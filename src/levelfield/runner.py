@@ -23,15 +23,24 @@ from levelfield.masking import Masker, known_secrets, secret_values_of
 from levelfield.network import IndexProber
 from levelfield.outcome import (
     PhaseLog,
+    budget_call,
     classify,
     outcome_of,
+    refusals,
     stopping_call,
     unexplained_kill,
     ungraded_after_timeout,
 )
 from levelfield.plan import Trial
 from levelfield.policy import Limits
-from levelfield.records import AgentSetup, Evidence, HostContext, Telemetry, TrialRecord
+from levelfield.records import (
+    AgentSetup,
+    Evidence,
+    HostContext,
+    ModelBudget,
+    Telemetry,
+    TrialRecord,
+)
 from levelfield.sandbox import Backend, Sandbox
 from levelfield.tasks import Task
 from levelfield.telemetry import Sampler, TrialWatch, host_context
@@ -171,7 +180,13 @@ def _record(
         agent_setup=log.setup,
         agent_report=log.report,
         limits_disclosed=trial.limits_disclosed,
+        budget=_budget(ctx),
     )
+
+
+def _budget(ctx: TrialContext) -> ModelBudget | None:
+    budget = ctx.agent_options.budget
+    return budget if budget.is_set else None
 
 
 def record_without_sandbox(trial: Trial, ctx: TrialContext, exc: BaseException) -> TrialRecord:
@@ -194,6 +209,7 @@ def record_without_sandbox(trial: Trial, ctx: TrialContext, exc: BaseException) 
         error=_error_text(exc),
         limits=asdict(trial.limits),
         limits_disclosed=trial.limits_disclosed,
+        budget=_budget(ctx),
         evidence=Evidence(sandbox_alive=False),
         telemetry=Telemetry(host=host_context(ctx.in_flight(), ctx.node)),
         started_at=now,
@@ -277,6 +293,7 @@ def with_outcome_notes(evidence: Evidence | None, log: PhaseLog) -> Evidence | N
     notes += filter(None, [ungraded_after_timeout(log), unexplained_kill(log)])
     if log.report is not None and log.report.api_failure:
         notes.append(f"the agent reported an API failure: {log.report.message}")
+    notes += _budget_notes(log)
     stopped = stopping_call(log.api_calls)
     if stopped is not None:
         failed = sum(1 for call in log.api_calls if call.outcome != "ok")
@@ -289,6 +306,29 @@ def with_outcome_notes(evidence: Evidence | None, log: PhaseLog) -> Evidence | N
     if evidence is None or not notes:
         return evidence
     return evidence.model_copy(update={"notes": (*evidence.notes, *notes)})
+
+
+def _budget_notes(log: PhaseLog) -> list[str]:
+    """The call the model budget refused last, with the spend it was refused at; and how many
+    attempts the proxy refused as not model calls, with the first and last."""
+    notes = []
+    spent = budget_call(log.api_calls)
+    if spent is not None:
+        past = refusals(log.api_calls, "budget_exhausted")
+        notes.append(
+            f"the model budget stopped the agent: {past} call(s) refused past it, the last "
+            f"({spent.method or 'POST'} {spent.endpoint or 'API'}): {spent.error}"
+        )
+    refused = [c for c in log.api_calls if c.outcome == "refused"]
+    if refused:
+        first, last = refused[0], refused[-1]
+        notes.append(
+            f"the model proxy refused {refusals(log.api_calls, 'refused')} attempt(s) that are "
+            f"not model calls it carries, never relayed: first {first.method} {first.endpoint} "
+            f"({first.error})"
+            + (f"; last {last.method} {last.endpoint} ({last.error})" if len(refused) > 1 else "")
+        )
+    return notes
 
 
 def _phases(

@@ -12,6 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from levelfield.agents import AgentOptions
+from levelfield.config import RunConfig
+from levelfield.errors import RunConfigError
+from levelfield.executor import run as run_levelfield
+from levelfield.records import ModelBudget
 from levelfield.store import reading
 
 from ..conftest import MakeTask
@@ -128,3 +133,23 @@ def test_two_harnesses_reaping_the_same_dead_runs_at_once_both_finish() -> None:
         thread.join()
     assert errors == []
     assert not [r for r in runs for b in host.bases.values() if (b / PREFIX / r).exists()]
+
+
+def test_a_run_resumed_under_another_model_budget_is_refused(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    """The budget is part of the configuration its trials ran under: stored with the run and
+    each trial, and a resume that would mix two budgets in one run is refused."""
+    root = make_task("t")
+    first = AgentOptions(budget=ModelBudget(max_tokens=1000))
+    config = RunConfig(dataset=root.parent, out=tmp_path / "r", backend="process",
+                       agent_options=first)  # fmt: skip
+    run_levelfield(config)
+    with reading(tmp_path / "r") as store:
+        (record,) = list(store.records())
+        assert store.meta()["budget"] == {"max_tokens": 1000, "max_cost_usd": None}
+    assert record.budget == first.budget
+    other = AgentOptions(budget=ModelBudget(max_tokens=2000))
+    with pytest.raises(RunConfigError, match="another configuration"):
+        run_levelfield(config.model_copy(update={"agent_options": other}))
+    assert run_levelfield(config).already_stored == 1  # the same budget resumes

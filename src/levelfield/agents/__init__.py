@@ -27,7 +27,8 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from levelfield.errors import AgentError, RunConfigError
-from levelfield.records import AgentReport, ApiCall, PhaseResult
+from levelfield.model_api.cost import PriceTable
+from levelfield.records import AgentReport, ApiCall, ModelBudget, PhaseResult
 from levelfield.sandbox import Sandbox
 from levelfield.tasks import Task
 
@@ -86,6 +87,14 @@ class AgentOptions(BaseModel):
     max_turns: int = Field(30, ge=1, description="Model calls the terminal agent may make.")
     api_attempts: int = Field(5, ge=1, description="Tries per model call before api_error.")
     api_backoff_s: float = Field(1.0, ge=0, description="First retry pause; doubles each time.")
+    budget: ModelBudget = Field(
+        default_factory=ModelBudget,
+        description="Tokens and dollars one trial's model calls may spend, kept by the proxy "
+        "(or the terminal agent's client): past it, calls are refused.",
+    )
+    prices: PriceTable | None = Field(
+        None, description="The price table a cost ceiling is kept with (the run's --prices)."
+    )
 
     def api_key(self, default_env: str | None) -> SecretStr | None:
         if self.api_key_file is not None:

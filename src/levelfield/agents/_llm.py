@@ -21,8 +21,9 @@ from typing import Any, Literal
 from pydantic import SecretStr
 
 from levelfield.errors import ApiError, RunConfigError
+from levelfield.model_api.budget import Meter
 from levelfield.outcome import is_api_failure, outcome_for_status
-from levelfield.records import ApiCall
+from levelfield.records import ApiCall, ModelBudget
 
 Provider = Literal["openai", "anthropic"]
 MAX_TOKENS = 2048
@@ -62,6 +63,7 @@ class ChatClient:
     api_key: SecretStr | None
     base_url: str | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    meter: Meter = field(default_factory=lambda: Meter(ModelBudget()))
     calls: list[ApiCall] = field(default_factory=list)
     _sdk: Any = None
 
@@ -91,6 +93,9 @@ class ChatClient:
     ) -> Reply | Stopped:
         for attempt in range(1, self.retry.attempts + 1):
             started, t0 = datetime.now(UTC), time.monotonic()
+            over = self._over_budget(started, t0)
+            if over is not None:
+                return over
             try:
                 reply = self._request(system, messages, timeout_s=max(1.0, deadline - t0))
             except Exception as exc:
@@ -114,8 +119,20 @@ class ChatClient:
                 time.sleep(wait)
                 continue
             self.calls.append(_call(started, t0, attempt, 200, "ok", reply, self.endpoint))
+            sized = len(system) + sum(len(m["content"]) for m in messages) + len(reply.text)
+            self.meter.charge(self.model, reply.tokens_in, reply.tokens_out, sized=sized)
             return reply
         raise AssertionError("unreachable")
+
+    def _over_budget(self, started: datetime, t0: float) -> Stopped | None:
+        """The trial's model budget is spent: the call is not made, and the agent's run ends
+        there, graded as it stands (`budget.py` says how a ceiling is judged)."""
+        refused = self.meter.refusal(self.model)
+        if refused is None:
+            return None
+        outcome = "budget_exhausted" if refused.spent else "refused"
+        self.calls.append(_call(started, t0, 1, None, outcome, None, self.endpoint, refused.why))
+        return Stopped(f"the model budget refused the call: {refused.why}", deadline=False)
 
     def _request(self, system: str, messages: list[dict[str, str]], *, timeout_s: float) -> Reply:
         if self.provider == "anthropic":

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from levelfield.agents import AgentOptions
 from levelfield.errors import SandboxStartError
+from levelfield.model_api.budget import Meter
 from levelfield.model_api.providers import BASE_URL_ENV, OFFICIAL_BASE_URL, Provider
 from levelfield.model_api.proxy import ModelProxy, Route
 from levelfield.sandbox import Sandbox
@@ -59,7 +60,8 @@ def proxied_api(
     trial_dir: Path,
 ) -> Iterator[ProxiedApi]:
     """The proxy for one run: upstream is --base-url, or each provider's own API; the key is
-    the user's, read here in the harness. The token and the key join the sandbox's secrets."""
+    the user's, read here in the harness. The token and the key join the sandbox's secrets. The
+    proxy keeps the trial's model budget (`options.budget`)."""
     key = options.api_key(key_env)
     routes = [
         Route(provider, options.base_url or OFFICIAL_BASE_URL[provider], key)
@@ -72,5 +74,6 @@ def proxied_api(
             "container engine's containers are out of its reach"
         )
     conversation = trial_dir / CONVERSATION_FILE
-    with ModelProxy(routes, conversation=conversation, secrets=box.secrets) as proxy:
+    meter = Meter(options.budget, options.prices, options.model)
+    with ModelProxy(routes, conversation=conversation, secrets=box.secrets, meter=meter) as proxy:
         yield ProxiedApi(proxy, proxy.listen(netns))

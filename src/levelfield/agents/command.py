@@ -184,6 +184,16 @@ class CommandAgent:
             return ()
         return providers_for(self.key_env)
 
+    def check(self, tasks: object) -> None:
+        """A model budget holds the calls levelfield sees: a `command` agent given no key is
+        run as it is, its calls out of the proxy's sight, so a budget on it is refused."""
+        if self.options.budget.is_set and not self.providers():
+            raise RunConfigError(
+                f"agent {self.name}: a model budget (--max-tokens-per-trial, "
+                "--max-cost-per-trial) is kept by the proxy, which relays only an agent given "
+                "its key: add --api-key-env or --api-key-file"
+            )
+
     @property
     def is_mounted(self) -> bool:
         return self.options.install_mode == "mounted" and self.preset is not None

@@ -19,6 +19,7 @@ from pathlib import Path
 from levelfield.agents import AgentOptions, AgentRun, DrawPoint, agent_name
 from levelfield.agents._llm import ChatClient, RetryPolicy, Stopped, guess_provider
 from levelfield.errors import ApiError, RunConfigError
+from levelfield.model_api.budget import Meter
 from levelfield.records import PhaseResult
 from levelfield.sandbox import Sandbox
 from levelfield.tasks import Task
@@ -68,7 +69,8 @@ class TerminalAgent:
         default_env = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"
         retry = RetryPolicy(self.options.api_attempts, self.options.api_backoff_s)
         key = self.options.api_key(default_env)
-        return ChatClient(provider, model, key, self.options.base_url, retry)
+        meter = Meter(self.options.budget, self.options.prices, model)
+        return ChatClient(provider, model, key, self.options.base_url, retry, meter)
 
     def run(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentRun:
         client, started = self.client(), time.monotonic()

@@ -70,6 +70,25 @@ Prices = Annotated[
     ),
 ]
 
+MaxTokens = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Model budget: tokens (in + out) one trial's model calls may spend. Once the ended "
+        "calls reach it, the proxy refuses further calls in the provider's own error shape and "
+        "the trial is failed/budget_exhausted unless its tests pass; the call that crosses it "
+        "is answered whole, so a trial can end above it by what that call cost.",
+    ),
+]
+MaxCost = Annotated[
+    float | None,
+    typer.Option(
+        min=0.000001,
+        help="Model budget in US dollars (tokens × --prices), kept as --max-tokens-per-trial "
+        "is. Each call is priced at the model it names; a model without a price is refused.",
+    ),
+]
+
 _POINTS = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(pp|pts?|points?|%)?\s*$")
 
 

@@ -32,6 +32,8 @@ from levelfield.cli._options import (
     RAY_ADDRESS_HELP,
     UV_SHIM_HELP,
     Dataset,
+    MaxCost,
+    MaxTokens,
     MaxTrials,
     PilotRepeats,
     Prices,
@@ -41,6 +43,7 @@ from levelfield.cli._options import (
     key_values,
 )
 from levelfield.config import RunConfig, load_run_config
+from levelfield.records import ModelBudget
 
 PRINT_FLAGS = ("--print-systemd-timer", "--print-cron", "--once")
 
@@ -125,6 +128,8 @@ def run(
     executor: Annotated[str | None, typer.Option(help=EXECUTOR_HELP)] = None,
     ray_address: Annotated[str | None, typer.Option(help=RAY_ADDRESS_HELP)] = None,
     prices: Prices = None,
+    max_tokens_per_trial: MaxTokens = None,
+    max_cost_per_trial: MaxCost = None,
 ) -> None:
     """Run every task under each policy. Safe to interrupt: run the same command to resume."""
     choice(agent_install_mode, ("sandbox", "mounted"), "--agent-install-mode")
@@ -142,6 +147,7 @@ def run(
         agent_version=agent_version,
         setup_timeout_s=agent_setup_timeout,
         agent_env=key_values(agent_env or []),
+        budget=ModelBudget(max_tokens=max_tokens_per_trial, max_cost_usd=max_cost_per_trial),
     )
     options = dict(
         dataset=dataset,
@@ -217,6 +223,8 @@ def sweep(
         str | None, typer.Option(help="terminal: OpenAI-compatible endpoint.")
     ] = None,
     disclose_limits: Annotated[str, typer.Option(help=DISCLOSE_HELP)] = "off",
+    max_tokens_per_trial: MaxTokens = None,
+    max_cost_per_trial: MaxCost = None,
 ) -> None:
     """Every agent under every policy, interleaved in a seeded order; then the report. With
     --target-ci, adaptively: a pilot, then repeats where the CI needs them, until it is narrow."""
@@ -238,7 +246,11 @@ def sweep(
         executor=executor,
         ray_address=ray_address,
         prices=prices,
-        agent_options=AgentOptions(model=model, base_url=base_url),
+        agent_options=AgentOptions(
+            model=model,
+            base_url=base_url,
+            budget=ModelBudget(max_tokens=max_tokens_per_trial, max_cost_usd=max_cost_per_trial),
+        ),
         disclose_limits=disclose_limits,  # type: ignore[arg-type]
     )
     if target_ci:

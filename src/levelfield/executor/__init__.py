@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from levelfield._room import check_room
-from levelfield.agents import make_agent
+from levelfield.agents import AgentOptions, make_agent
 from levelfield.config import RunConfig
 from levelfield.errors import (
     HostUnsupported,
@@ -30,11 +30,11 @@ from levelfield.errors import (
 from levelfield.executor._reaping import note_reaped
 from levelfield.executor.local import Admission, LocalExecutor, OnTrial
 from levelfield.executor.ray import RayExecutor, RetryPolicy, import_ray
-from levelfield.model_api.cost import PricingStore, load_prices
+from levelfield.model_api.cost import PriceTable, PricingStore, load_prices
 from levelfield.network import IndexProber
 from levelfield.plan import Trial, concurrency_blocks, estimate_duration_s, plan_trials
 from levelfield.policy import Policy
-from levelfield.records import Reason, TrialRecord
+from levelfield.records import ModelBudget, Reason, TrialRecord
 from levelfield.runner import TrialContext
 from levelfield.sandbox import Backend, BackendOptions, get_backend
 from levelfield.store import Store
@@ -87,8 +87,9 @@ def run(
         import_ray()  # a missing extra is refused before the store is touched
     dataset = _load(config)
     policies = config.resolved_policies()
-    trials = list(trials) if trials is not None else _plan(config, dataset, policies)
     prices = load_prices(config.prices)
+    config = config.model_copy(update={"agent_options": _with_budget_prices(config, prices)})
+    trials = list(trials) if trials is not None else _plan(config, dataset, policies)
     on_this_host = config.executor == "local"  # Ray checks and reaps every node itself
     _refuse_unrunnable(config, dataset, on_this_host)  # before anything is stored
     run_dir = config.out.resolve()
@@ -129,6 +130,20 @@ def run(
     return RunResult(
         run_dir, run_id, len(trials), len(trials) - len(todo), executed, dataset.problems, todo
     )
+
+
+def _with_budget_prices(config: RunConfig, prices: PriceTable) -> AgentOptions:
+    """A cost ceiling is kept with the run's price table, which travels with the agents'
+    options (to a Ray node too). Its model must be priced: refused now, not at every call."""
+    options = config.agent_options
+    if options.budget.max_cost_usd is None:
+        return options
+    if options.model and prices.price_of(options.model) is None:
+        raise RunConfigError(
+            f"--max-cost-per-trial: model {options.model!r} has no price in "
+            f"{config.prices or 'the shipped prices.toml'}; add it with --prices"
+        )
+    return options.model_copy(update={"prices": prices})
 
 
 def _prober(config: RunConfig) -> IndexProber | None:
@@ -298,6 +313,13 @@ def _meta(
 ) -> dict[str, Any]:
     described = dict(old.get("policies", {}))
     described.update({p.name: p.describe() for p in policies})
+    budget = config.agent_options.budget
+    stored = ModelBudget.model_validate(old.get("budget") or {})
+    if "run_id" in old and stored != budget:
+        raise RunConfigError(
+            f"{config.out}: its trials ran under the model budget {stored.describe()}; a run "
+            f"under {budget.describe()} is another configuration: give it its own --out"
+        )
     return {
         "run_id": run_id,
         "harness_version": harness_version(),
@@ -314,6 +336,7 @@ def _meta(
             "python": platform.python_version(),
         },
         "policies": described,
+        "budget": budget.model_dump(),
         "concurrency": config.concurrency,
         "windows": sorted({*old.get("windows", []), config.window}),
     }

@@ -2,7 +2,8 @@
 
 - `proxy`: the recording proxy that every model call of an agent given a key passes through; it
   runs on the host, listens inside the sandbox's network namespace and adds the real key outside
-  the sandbox; `_recording` keeps what each call was;
+  the sandbox; `_recording` keeps what each call was, `allowlist` says what it carries (model
+  calls only), `budget` keeps the tokens and dollars a trial may spend;
 - `providers`: the providers it relays (Anthropic, OpenAI, Gemini) and where each carries its key;
 - `scripted_model`: a stand-in provider on loopback (Anthropic Messages, OpenAI Chat and
   Responses, Gemini generateContent) that answers with a task's reference solution, for tests and

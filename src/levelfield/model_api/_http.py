@@ -14,16 +14,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 MAX_BODY_BYTES = 64 << 20  # a whole conversation with its tool outputs, with room to spare
+LINE_BYTES = 1024  # a chunk-size line: hex digits and extensions
 
 
 class LoopbackServer(ThreadingHTTPServer):
     """A threading HTTP server on a socket made elsewhere (possibly in another network
-    namespace), or on a fresh loopback port."""
+    namespace), or on a fresh loopback port. With `max_connections`, a connection beyond that
+    many open at once is closed unanswered: each costs the harness a thread, and the proxy's
+    clients are untrusted."""
 
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler], sock: socket.socket | None = None):
+    def __init__(
+        self,
+        handler: type[BaseHTTPRequestHandler],
+        sock: socket.socket | None = None,
+        max_connections: int | None = None,
+    ):
         if sock is None:
             super().__init__(("127.0.0.1", 0), handler)
         else:
@@ -32,6 +40,20 @@ class LoopbackServer(ThreadingHTTPServer):
             self.socket = sock
             self.server_address = sock.getsockname()[:2]
         self._thread: threading.Thread | None = None
+        self._open = threading.BoundedSemaphore(max_connections) if max_connections else None
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if self._open is not None and not self._open.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            if self._open is not None:
+                self._open.release()
 
     @property
     def port(self) -> int:
@@ -54,19 +76,23 @@ class Handler(BaseHTTPRequestHandler):
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             return self._read_chunked()
         length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY_BYTES:
+        if not 0 <= length <= MAX_BODY_BYTES:
             raise ValueError(f"request body of {length} bytes")
         return self.rfile.read(length) if length else b""
 
     def _read_chunked(self) -> bytes:
         parts: list[bytes] = []
+        total = 0
         while True:
-            size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            size = int(self.rfile.readline(LINE_BYTES).split(b";")[0].strip() or b"0", 16)
             if size == 0:
-                self.rfile.readline()
+                self.rfile.readline(LINE_BYTES)
                 return b"".join(parts)
+            total += size
+            if total > MAX_BODY_BYTES:
+                raise ValueError(f"chunked request body over {MAX_BODY_BYTES} bytes")
             parts.append(self.rfile.read(size))
-            self.rfile.readline()
+            self.rfile.readline(LINE_BYTES)
 
     def send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         self.send_bytes(status, json.dumps(payload).encode(), "application/json", headers)

@@ -14,21 +14,27 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import select
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from levelfield.masking import Masker
 from levelfield.model_api.conversation import AnswerReader, ToolCall, trajectory_steps
-from levelfield.outcome import outcome_for_status
+from levelfield.outcome import REFUSAL_RUN, outcome_for_status
 from levelfield.records import ApiCall
 
 SETTLE_TIMEOUT_S = 30.0  # a relayed call still being written down when the agent ends
 SETTLE_POLL_S = 0.05
+# Refused attempts recorded one by one; past this many, a run of refusals in a row is kept as
+# its last one, which says how many it stands for: an agent looping on a refused path costs
+# the record (and the harness's memory) no more than its model calls do.
+REFUSALS_KEPT = 100
+REFUSED_PATH_CHARS = 300
 
 
 @dataclass
@@ -53,6 +59,28 @@ class Exchange:
     begun: bool = False  # the agent has the answer's status line: no 502 can replace it
     answered: bool = False  # the whole answer went to the agent
     recorded: bool = False
+    model: str | None = None  # what the call asked for, which prices it
+    answer_bytes: int = 0  # read from upstream
+    billed: tuple[int, int] = (0, 0)  # tokens in and out charged to the budget so far
+
+    def unbilled(self) -> tuple[int, int]:
+        """Tokens the answer has reported (a running total) beyond those already charged. An
+        error status or no answer bills nothing."""
+        if self.status is None or not 200 <= self.status < 300:
+            return 0, 0
+        now = (self.reader.tokens_in or 0, self.reader.tokens_out or 0)
+        more = (max(0, now[0] - self.billed[0]), max(0, now[1] - self.billed[1]))
+        self.billed = (max(now[0], self.billed[0]), max(now[1], self.billed[1]))
+        return more
+
+    def reported_no_usage(self) -> bool:
+        """A successful answer that never said its tokens: it is charged by size."""
+        ok = self.status is not None and 200 <= self.status < 300
+        return ok and self.reader.tokens_in is None and self.reader.tokens_out is None
+
+    def size(self) -> int:
+        """Bytes of the request and of the answer read: what stands for tokens not reported."""
+        return len(self.body) + self.answer_bytes
 
     def outcome(self) -> tuple[str, str | None]:
         """The recorded outcome, and the words behind it when the status does not say it."""
@@ -73,14 +101,15 @@ class Exchange:
         return outcome_for_status(self.status, json.dumps(self.reader.events)), None
 
     def client_gone(self) -> bool:
-        """The agent closed its connection (nothing left to read, and the end of it)."""
+        """The agent closed its connection (nothing left to read, and the end of it). Asked
+        with select, not a non-blocking read: the connection has a timeout, and Python waits
+        out a socket's timeout before any read of it."""
         if self.client is None:
             return False
         try:
-            return self.client.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-        except BlockingIOError:
-            return False
-        except OSError:
+            readable, _, _ = select.select([self.client], [], [], 0)
+            return bool(readable) and self.client.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
             return True
 
 
@@ -95,6 +124,9 @@ class CallLog:
         self._settled = threading.Condition()
         self._sealed = False
         self._last: tuple[str, int, bool] | None = None  # body hash, attempt, ok
+        self._refusals = 0
+        self._run_at: int | None = None  # where the run of refusals past REFUSALS_KEPT stands
+        self._run_length = 0
 
     # -- attempts --------------------------------------------------------------------------
 
@@ -146,6 +178,45 @@ class CallLog:
         with self._settled:
             self._sealed = True
             return list(self._calls)
+
+    # -- refused attempts ------------------------------------------------------------------
+
+    def refuse(
+        self, method: str, path: str, status: int, why: str, outcome: str = "refused"
+    ) -> None:
+        """An attempt the proxy answered itself, never relayed: a path or method it does not
+        carry, or a call past the trial's model budget."""
+        call = ApiCall(
+            started_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+            latency_s=0.0,
+            attempt=1,
+            status=status,
+            outcome=outcome,  # type: ignore[arg-type]
+            endpoint=self.masker.text(path)[:REFUSED_PATH_CHARS],
+            method=self.masker.text(method)[:20],
+            error=self.masker.text(why)[:500],
+        )
+        with self._settled:
+            if self._sealed:
+                return
+            self._refusals += 1
+            if self._refusals <= REFUSALS_KEPT:
+                self._calls.append(call)
+                self._write({"call": call.model_dump(), "method": method, "path": path})
+                return
+            if self._run_at is not None and self._run_at == len(self._calls) - 1:
+                self._run_length += 1
+                run = REFUSAL_RUN.format(n=self._run_length)
+                error = f"{(call.error or '')[: 499 - len(run)]} {run}"
+                self._calls[-1] = call.model_copy(update={"error": error})
+                return
+            self._run_at, self._run_length = len(self._calls), 1
+            self._calls.append(call)
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        if self.conversation is not None:
+            with open(self.conversation, "a") as out:
+                out.write(json.dumps(self.masker.value(entry)) + "\n")
 
     # -- recording -------------------------------------------------------------------------
 

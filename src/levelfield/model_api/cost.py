@@ -9,6 +9,7 @@ that looks free because its model was not priced would mislead more than a blank
 
 from __future__ import annotations
 
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -20,6 +21,9 @@ from levelfield.errors import RunConfigError
 from levelfield.records import ApiCall, TrialRecord
 
 MODEL_AGENTS = ("terminal", "claude-code", "codex")  # agent labels that end in their model
+# A dated snapshot of a listed model costs what the model costs: claude-sonnet-4-5-20250929,
+# gpt-5-2025-08-07, claude-sonnet-4-5@20250929 (Vertex), gpt-4.1-latest.
+SNAPSHOT = re.compile(r"(?:[-@](?:\d{8}|\d{4}-\d{2}-\d{2})|-latest)$")
 
 
 class Price(BaseModel):
@@ -33,9 +37,15 @@ class PriceTable(BaseModel):
     models: dict[str, Price] = Field(default_factory=dict)
 
     def price_of(self, model: str | None) -> Price | None:
+        """The model's price: by its name, without a provider prefix (openai/gpt-5), or, for a
+        dated snapshot, by the name it is a snapshot of."""
         if not model:
             return None
-        return self.models.get(model) or self.models.get(model.partition("/")[2] or model)
+        for name in (model, model.partition("/")[2] or model):
+            price = self.models.get(name) or self.models.get(SNAPSHOT.sub("", name))
+            if price is not None:
+                return price
+        return None
 
 
 def load_prices(path: Path | None = None) -> PriceTable:

@@ -9,6 +9,12 @@ network gets no extra route to the host. The sandbox holds only a per-trial dumm
 checks it and puts the user's real key where the client had put the token (`providers.py`), so
 model-driven code never holds the key.
 
+It carries model calls only (`allowlist.py`): a request for anything else, in any method or
+request-target form, is answered 403 with the rule it broke, recorded as the agent's refused
+attempt, and never reaches the upstream. It keeps the trial's model budget (`budget.py`): a billed
+call past it is refused in its provider's own shape. Every refusal closes its connection, so no
+pipelined request can ride behind it.
+
 This module routes and relays; `_recording.py` keeps what each call was (`records.ApiCall`, the
 trajectory, the conversation, keys masked, appended as it happens so a trial that dies still
 leaves it). The CLI's own retries are its retry policy: the proxy never retries, it counts a
@@ -20,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import http.client
+import json
 import os
 import secrets
 import socket
@@ -37,14 +44,18 @@ from levelfield.errors import SandboxStartError
 from levelfield.masking import Masker
 from levelfield.model_api._http import Handler, LoopbackServer
 from levelfield.model_api._recording import CallLog, Exchange
+from levelfield.model_api.allowlist import Admitted, Refusal, admit, body_refusal
+from levelfield.model_api.budget import Meter, spent_answer, usage_asked
 from levelfield.model_api.conversation import AnswerReader
 from levelfield.model_api.providers import OFFICIAL_BASE_URL, Credentials, Provider, with_key
-from levelfield.records import ApiCall
+from levelfield.records import ApiCall, ModelBudget
 
 __all__ = ["OFFICIAL_BASE_URL", "ModelProxy", "Provider", "Route", "new_token"]
 
 CLONE_NEWNET = 0x40000000  # <sched.h>
 UPSTREAM_TIMEOUT_S = 600.0  # one socket read: a long model answer streams within it
+AGENT_IDLE_S = 300.0  # one read from or write to the agent's connection (http.server closes it)
+MAX_CONNECTIONS = 128  # open at once from one trial; a CLI's pool and its subagents use < 20
 CHUNK_BYTES = 64 << 10
 HOP_HEADERS = frozenset(
     {
@@ -124,15 +135,18 @@ class ModelProxy:
         *,
         conversation: Path | None = None,
         secrets: Masker | None = None,
+        meter: Meter | None = None,
     ) -> None:
         self.routes = {route.prefix: route for route in routes}
         self.token = new_token()
         masker = secrets if secrets is not None else Masker()
         masker.add(self.token, *(r.key.get_secret_value() for r in routes if r.key is not None))
         self.log = CallLog(masker, conversation)
+        self.meter = meter if meter is not None else Meter(ModelBudget())
         self.refused = 0  # requests without the trial's token: never relayed
         self._lock = threading.Lock()
         self._servers: list[LoopbackServer] = []
+        self._upstreams: set[http.client.HTTPConnection] = set()
 
     @property
     def calls(self) -> list[ApiCall]:
@@ -148,7 +162,8 @@ class ModelProxy:
 
     def listen(self, netns: Path | None = None) -> int:
         """Serve on 127.0.0.1 in the sandbox's network namespace; returns the port there."""
-        server = LoopbackServer(_handler(self), socket_in_namespace(netns)).start()
+        server = LoopbackServer(_handler(self), socket_in_namespace(netns), MAX_CONNECTIONS)
+        server.start()
         self._servers.append(server)
         return server.port
 
@@ -159,9 +174,21 @@ class ModelProxy:
         }
 
     def close(self) -> None:
+        """Stop listening, and end what is still read upstream for a trial that is over (a
+        stream its agent left, read on to count its usage; a call that hangs)."""
         for server in self._servers:
             server.stop()
         self._servers.clear()
+        with self._lock:
+            upstreams = list(self._upstreams)
+        for conn in upstreams:
+            if conn.sock is not None:
+                with contextlib.suppress(OSError):
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+
+    def track_upstream(self, conn: http.client.HTTPConnection, *, alive: bool) -> None:
+        with self._lock:
+            (self._upstreams.add if alive else self._upstreams.discard)(conn)
 
     def __enter__(self) -> ModelProxy:
         return self
@@ -169,11 +196,9 @@ class ModelProxy:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def route_for(self, path: str) -> tuple[Route, str] | None:
-        for prefix, route in self.routes.items():
-            if path == prefix or path.startswith(prefix + "/"):
-                return route, path[len(prefix) :]
-        return None
+    @property
+    def providers(self) -> list[str]:
+        return [route.provider for route in self.routes.values()]
 
     def is_trial_token(self, given: Credentials) -> bool:
         """Every credential the request carries must be the token, and it must carry one."""
@@ -187,38 +212,107 @@ class _ProxyHandler(Handler):
     """Relays one connection's requests for `proxy` (set on the subclass `_handler` makes)."""
 
     proxy: ModelProxy
+    timeout = AGENT_IDLE_S  # an idle connection does not hold its thread for ever
 
-    def do_POST(self) -> None:  # http.server's names for them
-        self._relay()
+    def __getattr__(self, name: str) -> Any:
+        """Every method, known or not (TRACE, CONNECT, PROPFIND), comes to `_relay`: what is
+        not a model call's method is refused there and recorded, not answered 501 unseen."""
+        if name.startswith("do_"):
+            return self._relay
+        raise AttributeError(name)
 
-    def do_GET(self) -> None:
-        self._relay()
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """A request too malformed to parse (http.server answers it): recorded as refused."""
+        line = getattr(self, "requestline", "") or ""
+        method = getattr(self, "command", None) or line.partition(" ")[0]
+        self.proxy.log.refuse(method, line, code, f"not a request the proxy reads: {message}")
+        self.close_connection = True
+        super().send_error(code, message, explain)
 
-    def do_DELETE(self) -> None:
-        self._relay()
+    @property
+    def target(self) -> str:
+        """The request-target as sent: http.server's `path` has already folded a leading `//`,
+        and the allow-list judges what the agent sent, not what a parser made of it."""
+        words = self.requestline.split()
+        return words[1] if len(words) >= 2 else self.path
 
     def _relay(self) -> None:
-        found = self.proxy.route_for(self.path.split("?")[0])
-        if found is None:
-            self.send_json(404, {"error": {"message": "unknown API path at the proxy"}})
+        admitted = admit(self.command, self.target, self.headers, self.proxy.providers)
+        if isinstance(admitted, Refusal):
+            self._refuse(admitted.status, admitted.rule)
             return
         if self.headers.get("Upgrade"):  # a WebSocket transport: the CLI falls back to HTTP
+            self.close_connection = True  # its body, if any, is not read
             self.send_json(426, {"error": {"message": "the proxy relays HTTP only"}})
             return
-        given = Credentials.of(self.headers, urllib.parse.urlsplit(self.path).query)
+        given = Credentials.of(self.headers, urllib.parse.urlsplit(admitted.path).query)
         if not self.proxy.is_trial_token(given):
             self.proxy.note_refused()
+            self.close_connection = True
             self.send_json(401, {"error": {"message": "not this trial's token", "code": 401}})
             return
-        route, _ = found
+        try:
+            body = self.read_body()
+        except ValueError as exc:
+            self._refuse(413, f"request body: {exc}")
+            return
+        doc = _json(body)
+        refusal = body_refusal(admitted, doc)
+        if refusal is not None:
+            self._refuse(refusal.status, refusal.rule)
+            return
+        if admitted.endpoint.billed:
+            self._metered(admitted, body, doc, given)
+        else:
+            self._call(admitted, body, given)
+
+    def _metered(self, admitted: Admitted, body: bytes, doc: Any, given: Credentials) -> None:
+        """A billed call, judged against the trial's model budget before it goes (`budget.py`
+        says how), in one of the budget's places for calls in flight."""
+        meter = self.proxy.meter
+        model = admitted.model or (doc.get("model") if isinstance(doc, dict) else None)
+        with meter.slot():
+            refused = meter.refusal(model, doc)
+            if refused is not None and refused.spent:
+                status, answer = spent_answer(admitted.provider, refused.why)
+                self._refuse(status, refused.why, answer, outcome="budget_exhausted")
+                return
+            if refused is not None:
+                self._refuse(403, refused.why)
+                return
+            if meter.enabled and admitted.endpoint.name == "POST /chat/completions":
+                body = usage_asked(body)
+            ex = self._call(admitted, body, given, model)
+            if ex.reported_no_usage():
+                meter.charge(model, None, None, sized=ex.size())
+
+    def _refuse(
+        self, status: int, why: str, answer: Any = None, *, outcome: str = "refused"
+    ) -> None:
+        """Answer, record the agent's attempt, and close the connection: nothing pipelined
+        behind a refused request is read."""
+        self.proxy.log.refuse(self.command, self.target, status, why, outcome)
+        self.close_connection = True
+        said = f"levelfield proxy: {why}"
+        # Anthropic's error shape, with the fields that OpenAI's and Google's clients read
+        error = {"type": "permission_error", "message": said, "code": status}
+        body = answer or {"type": "error", "error": {**error, "status": "PERMISSION_DENIED"}}
+        with contextlib.suppress(OSError):
+            self.send_json(status, body, {"Connection": "close"})
+
+    def _call(
+        self, admitted: Admitted, body: bytes, given: Credentials, model: str | None = None
+    ) -> Exchange:
+        route = self.proxy.routes[f"/{admitted.provider}"]
         ex = Exchange(
             route.provider,
             self.command,
-            self.path[len(route.prefix) :],
-            self.read_body(),
+            admitted.path,
+            body,
             datetime.now(UTC),
             time.monotonic(),
             client=self.connection,
+            model=model,
         )
         log = self.proxy.log
         ex.attempt = log.attempt_of(ex.body)
@@ -233,6 +327,14 @@ class _ProxyHandler(Handler):
                     self.close_connection = True
         finally:
             log.end(ex)
+        return ex
+
+    def _bill(self, ex: Exchange) -> None:
+        """Charge the usage the answer has reported so far, before the agent has the part that
+        reports it: its next call is then judged on it, however fast it comes."""
+        tokens_in, tokens_out = ex.unbilled()
+        if tokens_in or tokens_out:
+            self.proxy.meter.charge(ex.model, tokens_in, tokens_out)
 
     def _bad_gateway(self, ex: Exchange) -> None:
         said = "upstream unreachable" if ex.status is None else "the upstream's answer broke off"
@@ -257,6 +359,7 @@ class _ProxyHandler(Handler):
         )
         conn = conn_type(url.netloc, timeout=UPSTREAM_TIMEOUT_S)
         target = url.path + (f"?{query}" if query else "")
+        self.proxy.track_upstream(conn, alive=True)
         try:
             conn.request(ex.method, target, body=ex.body or None, headers=headers)
             answer = conn.getresponse()
@@ -269,7 +372,9 @@ class _ProxyHandler(Handler):
                 self._stream(ex, answer)
             else:
                 data = answer.read()
+                ex.answer_bytes = len(data)
                 ex.reader.finish(data)
+                self._bill(ex)
                 ex.complete = True
                 content_type = answer.getheader("Content-Type") or "application/json"
                 send = lambda: self.send_bytes(  # noqa: E731
@@ -278,21 +383,24 @@ class _ProxyHandler(Handler):
                 ex.begun = True
                 ex.answered = self._to_agent(ex, send)
         finally:
+            self.proxy.track_upstream(conn, alive=False)
             conn.close()
 
     def _stream(self, ex: Exchange, answer: http.client.HTTPResponse) -> None:
         """Relay the events as they come. A read that fails upstream ends the stream to the agent
-        as broken (no final chunk), so the agent sees what the proxy saw."""
+        as broken (no final chunk), so the agent sees what the proxy saw. Under a budget, a
+        stream the agent leaves is read on to its end, so that its usage is counted."""
         start = lambda: self.start_stream(  # noqa: E731
             answer.status, answer.getheader("Content-Type") or "", _passed_headers(answer)
         )
         ex.begun = True
-        if not self._to_agent(ex, start):
+        sending = self._to_agent(ex, start)
+        if not sending and not self.proxy.meter.enabled:
             return
         while True:
             try:
                 chunk = answer.read1(CHUNK_BYTES)
-            except (OSError, http.client.HTTPException) as exc:
+            except (OSError, http.client.HTTPException, ValueError) as exc:
                 ex.error = f"{type(exc).__name__}: {exc}"
                 ex.reader.finish()
                 self.proxy.log.remember(ex, ok=False)  # before the agent sees it break
@@ -300,22 +408,34 @@ class _ProxyHandler(Handler):
                 return
             if not chunk:
                 break
+            ex.answer_bytes += len(chunk)
             if ex.reader.feed(chunk) and ex.first_token_s is None:
                 ex.first_token_s = time.monotonic() - ex.t0
+            self._bill(ex)
             if ex.reader.error is not None:  # an error event: the agent may retry at once
                 self.proxy.log.remember(ex, ok=False)
-            if not self._to_agent(ex, lambda c=chunk: self.write_chunk(c)):  # type: ignore[misc]
-                ex.reader.finish()
-                return
+            if sending and not self._to_agent(ex, lambda c=chunk: self.write_chunk(c)):  # type: ignore[misc]
+                sending = False
+                if not self.proxy.meter.enabled:
+                    ex.reader.finish()
+                    return
         ex.reader.finish()
+        self._bill(ex)
         self.proxy.log.remember(ex, ok=ex.outcome()[0] == "ok")  # a stream ended short, too
         ex.complete = True
-        ex.answered = self._to_agent(ex, self.end_stream)
+        ex.answered = sending and self._to_agent(ex, self.end_stream)
 
     def _relayed_headers(self) -> dict[str, str]:
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
         headers["Accept-Encoding"] = "identity"  # the proxy reads usage from the answer
         return headers
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body) if body else None
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 def _handler(proxy: ModelProxy) -> type[Handler]:

@@ -1,8 +1,9 @@
 """Run summary → a Markdown disclosure card: what a score needs beside it to be comparable.
 
 The card states the resource policy (floor, ceiling, how the kernel enforced it, which backend),
-the host, concurrency, time span, harness version and trials per task, then the score under both
-conventions with its CI. Anything the run did not record prints as "unknown", never as a guess.
+the model budget per trial, the host, concurrency, time span, harness version and trials per
+task, then the score under both conventions with its CI. Anything the run did not record prints
+as "unknown", never as a guess.
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from levelfield.analysis.summary import RunSummary
+from levelfield.records import ModelBudget
 from levelfield.report import _format as f
 
 RESOURCES = ("memory", "cpus", "storage")
@@ -35,6 +39,7 @@ def render_card(summary: RunSummary) -> str:
         f"| concurrency | {_concurrency(info, prov.concurrency)} |",
         f"| time span (UTC) | {_span(info, prov.first_started_at, prov.last_started_at)} |",
         f"| images | {_images(info, prov.images)} |",
+        f"| model budget per trial | {model_budget(info)} |",
         f"| trials per task | {_repeats(summary)} |",
         f"| statistics | {round(100 * summary.level)} % CI, task-clustered SE (Miller 2024); "
         f"bootstrap {summary.n_resamples}× seed {summary.seed} |",
@@ -58,6 +63,15 @@ def render_card(summary: RunSummary) -> str:
             f"{f.metric(c.score)} | {f.metric(c.clean_score)} | {f.metric(c.infra_error_rate)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def model_budget(info: Mapping[str, Any]) -> str:
+    """The tokens and dollars a trial's model calls could spend: "none" when the run set no
+    ceiling, "unknown" when it did not record one (an import, a run older than the budget)."""
+    try:
+        return ModelBudget.model_validate(info["budget"]).describe()
+    except (KeyError, ValidationError):
+        return "unknown"
 
 
 def _drift(drift: tuple[str, ...]) -> list[str]:

@@ -18,6 +18,7 @@ from levelfield.analysis.summary import ConfigSummary, RunSummary
 from levelfield.records import KILLED_CAUSE_UNKNOWN
 from levelfield.report import _format as f
 from levelfield.report import timing
+from levelfield.report.markdown import model_budget
 
 TOP_TASKS = 10
 PAIRS_SHOWN = 45  # all pairs of 10 configurations; beyond that the report counts the rest
@@ -27,6 +28,9 @@ def show_summary(summary: RunSummary, console: Console | None = None) -> None:
     """The whole run: scores, comparisons, decomposition, calibration, sensitive tasks, hidden."""
     console = console or Console()
     console.print(f"[bold]run {f.info_value(summary.info, 'run_id')}[/bold]")
+    budget = model_budget(summary.info)
+    if budget not in ("none", "unknown"):
+        console.print(f"model budget per trial: {budget}", markup=False)
     if summary.provenance.images:
         console.print(f"images: {', '.join(summary.provenance.images)}", markup=False)
     for drift in summary.provenance.image_drift:
