@@ -210,7 +210,8 @@ class Grader:
             prelude, self._prelude = self._prelude, ""
         if not prelude:
             return command
-        return f"(\n{prelude}\n) || echo 'levelfield: the prelude of the grader failed' >&2\n{command}"
+        failed = "echo 'levelfield: the prelude of the grader failed' >&2"
+        return f"(\n{prelude}\n) || {failed}\n{command}"
 
     def argv(self, command: str, *, block_fd: int) -> list[str]:
         view = self.view
