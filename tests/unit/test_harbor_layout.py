@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import json
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
 
 from levelfield.errors import InputError
 from levelfield.harbor.importing import IMPORTED_POLICY, import_harbor
-from levelfield.harbor.trial_file import checked_reward
+from levelfield.harbor.result_fields import parse_json, parse_result
+from levelfield.harbor.trial_file import _facts, checked_reward, fields_of
 from levelfield.records import Outcome, Reason
 from levelfield.store import reading
+
+from ..conftest import TB2_LEADERBOARD, require_leaderboard
 
 
 def write_trial(
@@ -278,3 +282,46 @@ def test_no_k_is_unusual_when_no_k_is_held_by_most_submissions(tmp_path: Path) -
     flags = import_harbor([board], tmp_path / "run2").flags
     (unusual,) = [f for f in flags["One"] if f.kind == "unusual_k"]
     assert unusual.detail == "K = 1 trials per task where most submissions (3 of 5) have 5"
+
+
+def test_the_fast_read_and_the_whole_file_read_make_the_same_facts() -> None:
+    """parse_result keeps a few fields of each file and checks their types in pydantic; a file
+    that does not fit is read whole. On real trial files (the first 3,000 of the shared
+    leaderboard's archive) both make the same facts; on odd ones the whole read makes what
+    it can."""
+    require_leaderboard()
+    compared = 0
+    with tarfile.open(TB2_LEADERBOARD) as archive:
+        for member in archive:
+            if compared >= 3000:
+                break
+            if not member.name.endswith("/result.json"):
+                continue
+            raw = archive.extractfile(member).read()  # type: ignore[union-attr]
+            fast = parse_result(raw)
+            if fast is None:
+                continue  # a job's summary
+            whole = fields_of(parse_json(raw))
+            assert _facts(fast, fast.get("rewards")) == _facts(whole, whole.get("rewards"))
+            assert (fast.get("started_at"), fast.get("finished_at")) == (
+                whole["started_at"],
+                whole["finished_at"],
+            )
+            compared += 1
+    assert compared == 3000
+    odd = {
+        "task_name": "t",
+        "trial_name": "t__1",
+        "agent_info": {"name": 7, "model_info": None},
+        "config": {"timeout_multiplier": float("nan"), "agent": {"override_timeout_sec": True}},
+        "started_at": "2026-01-01T10:00:00Z",
+        "agent_execution": {"started_at": "2026-01-01T10:00:00Z", "finished_at": "nope"},
+    }
+    raw = json.dumps(odd).encode()
+    assert parse_result(raw) is None
+    with pytest.raises(ValueError, match="nope"):  # a timestamp that is not one: skipped
+        fields_of(parse_json(raw))
+    odd["agent_execution"] = {"started_at": "2026-01-01T10:00:00Z"}
+    facts = _facts(fields_of(parse_json(json.dumps(odd).encode())), None)
+    assert (facts["agent_name"], facts["timeout_multiplier"], facts["overrides"]) == ("7", None, {})
+    assert facts["phase_s"] == {}

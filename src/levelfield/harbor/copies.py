@@ -30,24 +30,35 @@ MIN_TASKS = 20  # fewer tasks agree by chance too easily (a job of 10 easy tasks
 CHANCE = 1e-3
 
 
-def varying_tasks(trials: Sequence[HarborTrial]) -> tuple[int, int] | None:
-    """(tasks whose attempts' outcomes differ, tasks with two attempts or more); None when
-    fewer than MIN_TASKS tasks have two attempts."""
-    per_task = _outcomes(trials)
-    several = [v for v in per_task.values() if len(v) >= 2]
+def task_outcomes(trials: Sequence[HarborTrial]) -> dict[str, list[bool]]:
+    """Per task, whether each of its trials passed (in the trials' order)."""
+    per_task: dict[str, list[bool]] = defaultdict(list)
+    for trial in trials:
+        per_task[trial.task].append(trial.reward is not None and trial.reward >= 1.0)
+    return per_task
+
+
+def varying_tasks(outcomes: dict[str, list[bool]]) -> tuple[int, int] | None:
+    """(tasks whose attempts' outcomes differ, tasks with two attempts or more), from
+    `task_outcomes`; None when fewer than MIN_TASKS tasks have two attempts."""
+    several = [v for v in outcomes.values() if len(v) >= 2]
     if len(several) < MIN_TASKS:
         return None
     return sum(1 for v in several if len(set(v)) > 1), len(several)
 
 
 def copied_attempts(
-    trials: Sequence[HarborTrial], jobs: Sequence[str], usual_varying: float | None
+    trials: Sequence[HarborTrial],
+    jobs: Sequence[str],
+    outcomes: dict[str, list[bool]],
+    usual_varying: float | None,
 ) -> str | None:
     """What shows the submission's attempts to be copies, in words; None when nothing does.
-    `jobs` names each trial's job folder; `usual_varying` is the median number of varying
-    tasks of the board's submissions with several attempts (None: no board to compare with)."""
+    `jobs` names each trial's job folder, `outcomes` are its `task_outcomes`; `usual_varying`
+    is the median number of varying tasks of the board's submissions with several attempts
+    (None: no board to compare with)."""
     n_jobs = len(set(jobs))
-    varying = varying_tasks(trials)
+    varying = varying_tasks(outcomes)
     if varying is not None and varying[0] == 0:
         where = f"its {n_jobs} jobs agree on every task" if n_jobs > 1 else "every task agrees"
         board = (
@@ -59,14 +70,18 @@ def copied_attempts(
             f"0 of {varying[1]} tasks vary across its attempts: {where}{board}. Its attempts "
             "look like one run copied: K = 1 in effect, and its ± of 0 measures no retry noise"
         )
-    return _identical_jobs(trials, jobs)
+    if n_jobs < 2:
+        return None
+    return _identical_jobs(trials, jobs, outcomes)
 
 
-def _identical_jobs(trials: Sequence[HarborTrial], jobs: Sequence[str]) -> str | None:
+def _identical_jobs(
+    trials: Sequence[HarborTrial], jobs: Sequence[str], outcomes: dict[str, list[bool]]
+) -> str | None:
     by_job: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
     for trial, job in zip(trials, jobs, strict=True):
-        by_job[job][trial.task].append(_passed(trial))
-    rate = {task: sum(v) / len(v) for task, v in _outcomes(trials).items()}
+        by_job[job][trial.task].append(trial.reward is not None and trial.reward >= 1.0)
+    rate = {task: sum(v) / len(v) for task, v in outcomes.items()}
     pairs = list(itertools.combinations(sorted(by_job), 2))
     found = []
     for a, b in pairs:
@@ -94,14 +109,3 @@ def _agree(p: float, k: int) -> float:
     """The chance that two runs of k attempts each, passing with probability p, pass the
     same number of times."""
     return sum((math.comb(k, i) * p**i * (1 - p) ** (k - i)) ** 2 for i in range(k + 1))
-
-
-def _outcomes(trials: Sequence[HarborTrial]) -> dict[str, list[bool]]:
-    per_task: dict[str, list[bool]] = defaultdict(list)
-    for trial in trials:
-        per_task[trial.task].append(_passed(trial))
-    return per_task
-
-
-def _passed(trial: HarborTrial) -> bool:
-    return trial.reward is not None and trial.reward >= 1.0

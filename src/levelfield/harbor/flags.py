@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from levelfield.harbor.copies import copied_attempts, varying_tasks
+from levelfield.harbor.copies import copied_attempts, task_outcomes, varying_tasks
 from levelfield.harbor.trial_file import HarborTrial
 
 UNRECORDED = frozenset({None, "", "unknown"})  # a version or model nobody wrote down
@@ -43,7 +43,8 @@ def flag_submissions(
     usual_tasks = _majority([frozenset(t.task for t in ts) for ts in trials.values()])
     usual_checksums = _usual_checksums(trials.values())
     same_outcomes = _same_outcomes(trials)
-    varying = [v[0] for ts in trials.values() if (v := varying_tasks(ts)) is not None]
+    outcomes = {label: task_outcomes(own) for label, own in trials.items()}
+    varying = [v[0] for o in outcomes.values() if (v := varying_tasks(o)) is not None]
     usual_varying = statistics.median(varying) if len(varying) >= 3 else None
     flags: dict[str, list[Flag]] = {}
     for label, own in trials.items():
@@ -55,7 +56,8 @@ def flag_submissions(
             *_partial_rewards(own),
             *_invalid_rewards(own),
         ]
-        copied = copied_attempts(own, (jobs or {}).get(label) or [""] * len(own), usual_varying)
+        own_jobs = (jobs or {}).get(label) or [""] * len(own)
+        copied = copied_attempts(own, own_jobs, outcomes[label], usual_varying)
         if copied:
             found.append(Flag("copied_attempts", copied))
         if label in same_outcomes:

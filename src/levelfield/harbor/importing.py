@@ -45,10 +45,14 @@ from levelfield.harbor.trial_file import (
     seconds_between,
 )
 from levelfield.plan import trial_key
-from levelfield.records import Reason, TrialRecord
+from levelfield.records import Outcome, Reason, TrialRecord
 from levelfield.store import Row, Store, row_of
 
 IMPORTED_POLICY = "imported"
+# An enum member's lookup and its `.value` cost, per trial: the records are written with the
+# values, and the one member compared is looked up once.
+_VALUE = {member: member.value for member in (*Outcome, *Reason)}
+_VERIFIER_TIMEOUT = Reason.VERIFIER_TIMEOUT
 DEFAULT_WINDOW = TrialRecord.model_fields["window"].default
 ENFORCEMENT = "unknown: imported from Harbor, whose sandboxes' limits were not recorded"
 
@@ -235,8 +239,8 @@ def _new_rows(found: list[Labelled], run_id: str, stored: set[str], tally: _Tall
         groups[(item.label, item.trial.task, _policy(item.trial))].append(item)
     read_now: set[str] = set()
     for members in groups.values():
-        members.sort(key=lambda m: (_sortable(m.trial.started_at), m.within))
-        for repeat, item in enumerate(members, 1):
+        timed = sorted(((_sortable(m.trial.started_at), m.within, m) for m in members), key=_first2)
+        for repeat, (started_at, _, item) in enumerate(timed, 1):
             key = trial_key(item.trial.task, item.label, IMPORTED_POLICY, 0, item.within)
             if key in read_now:
                 tally.skipped.append(
@@ -248,9 +252,10 @@ def _new_rows(found: list[Labelled], run_id: str, stored: set[str], tally: _Tall
             if key in stored:
                 tally.outcome["already"] += 1
                 continue
-            facts = {**item.trial.facts, "submission": item.label, "job": item.job}
+            facts = item.trial.facts  # the trial's own dict: read once, stored once
+            facts["submission"], facts["job"] = item.label, item.job
             try:
-                plain = _fields(item, facts, key, run_id, repeat)
+                plain = _fields(item, facts, key, run_id, repeat, started_at)
                 fields = _with_beside(item.trial, plain)
                 row = _row(plain) if fields is plain else _validated_row(fields)
             except ValidationError as exc:
@@ -273,8 +278,8 @@ def _row(fields: dict[str, Any]) -> Row:
         fields["policy"],
         fields["repeat"],
         DEFAULT_WINDOW,
-        fields["outcome"].value,
-        fields["reason"].value,
+        fields["outcome"],
+        fields["reason"],
         fields["started_at"],
         fields["finished_at"],
         to_json(fields).decode(),
@@ -291,6 +296,10 @@ def _sortable(when: datetime | None) -> str:
     return when.isoformat() if when else ""
 
 
+def _first2(keyed: tuple[str, str, Labelled]) -> tuple[str, str]:
+    return keyed[0], keyed[1]
+
+
 def _with_beside(trial: HarborTrial, fields: dict[str, Any]) -> dict[str, Any]:
     """The same dict when nothing beside result.json changes the record."""
     if trial.beside is None:
@@ -299,17 +308,22 @@ def _with_beside(trial: HarborTrial, fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fields(
-    item: Labelled, facts: dict[str, Any], key: str, run_id: str, repeat: int
+    item: Labelled,
+    facts: dict[str, Any],
+    key: str,
+    run_id: str,
+    repeat: int,
+    started_at: str,
 ) -> dict[str, Any]:
     """The fields of a TrialRecord that differ from its defaults; `facts` are the trial file's,
-    with its submission and job."""
+    with its submission and job; `started_at` its start as `_sortable` wrote it ("" unknown)."""
     trial = item.trial
     verdict = judge(
         facts["exception_type"], facts["exception_message"], trial.reward, trial.reward_problem
     )
     started = trial.started_at or trial.finished_at or datetime.now(UTC)
     finished = trial.finished_at or started
-    started_at = started.isoformat()
+    started_at = started_at if trial.started_at else started.isoformat()
     phase_s = facts["phase_s"]
     return {
         "trial_key": key,
@@ -319,8 +333,8 @@ def _fields(
         "policy": IMPORTED_POLICY,
         "repeat": repeat,
         "backend": "harbor",
-        "outcome": verdict.outcome,
-        "reason": verdict.reason,
+        "outcome": _VALUE[verdict.outcome],
+        "reason": _VALUE[verdict.reason],
         "reward": trial.reward,
         "error": f"{facts['exception_type']}: {facts['exception_message'] or ''}"
         if facts["exception_type"]
@@ -331,7 +345,7 @@ def _fields(
             "duration_s": phase_s.get("agent_execution", 0.0),
         },
         "verifier_phase": {
-            "timed_out": verdict.reason is Reason.VERIFIER_TIMEOUT,
+            "timed_out": verdict.reason is _VERIFIER_TIMEOUT,
             "duration_s": phase_s.get("verifier", 0.0),
         },
         "evidence": {"notes": verdict.notes},

@@ -168,6 +168,8 @@ def judge(
     reward_problem: str | None = None,
 ) -> Verdict:
     """The trial's reason, and the evidence notes that say how it was reached."""
+    if exception_type is None and reward_problem is None:
+        return _GRADED[reason_for_reward(reward)]
     checked = (f"the grader's reward is unusable: {reward_problem}",) if reward_problem else ()
     if exception_type is None:
         return Verdict(reason_for_reward(reward), (IMPORTED_NOTE, *checked))
@@ -190,3 +192,11 @@ def judge(
                 notes[1] = notes[1].removeprefix(f"{UNCLASSIFIED}: ")
             reason = graded
     return Verdict(reason, tuple(notes))
+
+
+# The verdicts of trials with no exception and a usable reward (or none): most of a leaderboard,
+# made once rather than per trial.
+_GRADED: Final = {
+    reason: Verdict(reason, (IMPORTED_NOTE,))
+    for reason in (Reason.TESTS_PASSED, Reason.TESTS_FAILED, Reason.VERIFIER_ERROR)
+}

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic_core import from_json
-
+from levelfield.harbor.result_fields import parse_json, parse_result
 from levelfield.masking import mask_unknown_secrets
 
 RESULT_NAME = "result.json"
@@ -56,8 +55,8 @@ class JobSummary(NotATrial):
 @dataclass(frozen=True, slots=True)
 class HarborTrial:
     """A trial as its folder describes it. `task` is normalised (`normalise_task`);
-    `facts` holds the fields of `records.HarborFacts` but `submission` and `job` (known once the
-    folder's place is), validated as HarborFacts when the trial is stored."""
+    `facts` holds the fields of `records.HarborFacts` but `submission` and `job`, which the
+    import adds once the folder's place is known, as it stores the trial."""
 
     task: str
     reward: float | None
@@ -77,33 +76,63 @@ def read_trial(trial_dir: str) -> HarborTrial:
     JobSummary for a job's summary and NotATrial (saying why) for other JSON that is not a
     trial's result."""
     with open(os.path.join(trial_dir, RESULT_NAME), "rb") as file:
-        data = parse_json(file.read())
+        raw = file.read()
+    fields = parse_result(raw)
+    if fields is None:
+        fields = fields_of(parse_json(raw))
+    rewards = fields.get("rewards")
+    reward, problem = checked_reward(rewards)
+    return HarborTrial(
+        task=normalise_task(fields["task_name"]),
+        reward=reward,
+        started_at=fields.get("started_at"),
+        finished_at=fields.get("finished_at"),
+        facts=_facts(fields, rewards if problem is None else None),
+        reward_problem=problem,
+    )
+
+
+def fields_of(data: Any) -> dict[str, Any]:
+    """What `parse_result` keeps (result_fields.TrialFields), read from a file parsed whole
+    that did not fit it: each field made of its type where that can be done honestly (a name
+    written as a number becomes its text, a number that is not a finite one none); a timestamp
+    that is not ISO 8601 raises ValueError. Raises JobSummary or NotATrial for a file that is
+    not a trial's."""
     if type(data) is not dict:
         raise NotATrial(f"not a Harbor trial result: a JSON {_json_type(data)}, not an object")
     task, name = data.get("task_name"), data.get("trial_name")
     if type(task) is not str or type(name) is not str:
         raise _not_a_trial(data)
-    verifier = data.get("verifier_result")
-    rewards = verifier.get("rewards") if type(verifier) is dict else None
-    reward, problem = checked_reward(rewards)
-    return HarborTrial(
-        task=normalise_task(task),
-        reward=reward,
-        started_at=_time(data.get("started_at")),
-        finished_at=_time(data.get("finished_at")),
-        facts=_facts(data, rewards if problem is None else None),
-        reward_problem=problem,
-    )
-
-
-def parse_json(raw: bytes) -> Any:
-    """pydantic_core's parser, which pydantic ships (about 1.7x json's speed on Harbor's files,
-    benchmarks/harbor_import.py); json's where it refuses (a lone surrogate, a byte-order
-    mark), so that a file is skipped only when json cannot read it either."""
-    try:
-        return from_json(raw)
-    except ValueError:
-        return json.loads(raw)
+    info, config = _obj(data.get("agent_info")), _obj(data.get("config"))
+    exception = _obj(data.get("exception_info"))
+    fields = {
+        "task_name": task,
+        "trial_name": name,
+        "trial_id": _text(data.get("id")),
+        "task_checksum": _text(data.get("task_checksum")),
+        "dataset": _text(data.get("source")),
+        "agent_name": _text(info.get("name")),
+        "agent_version": _text(info.get("version")),
+        "model_info_name": _text(_obj(info.get("model_info")).get("name")),
+        "agent_model_name": _text(_obj(config.get("agent")).get("model_name")),
+        "sandbox_provider": _text(_obj(config.get("environment")).get("type")),
+        "timeout_multiplier": _number(config.get("timeout_multiplier")),
+        "rewards": _obj(data.get("verifier_result")).get("rewards"),
+        "exception_type": _text(exception.get("exception_type")),
+        "exception_message": exception.get("exception_message"),
+        "exception_at": _text(exception.get("occurred_at")),
+        "started_at": _time(data.get("started_at")),
+        "finished_at": _time(data.get("finished_at")),
+    }
+    for section, keys in _OVERRIDES:
+        values = _obj(config.get(section))
+        for key in keys:
+            fields[f"{section}_{key}"] = _number(values.get(key))
+    for phase in PHASES:
+        span = _obj(data.get(phase))
+        fields[f"{phase}_started_at"] = _time(span.get("started_at"))
+        fields[f"{phase}_finished_at"] = _time(span.get("finished_at"))
+    return fields
 
 
 def _not_a_trial(data: dict[str, Any]) -> NotATrial:
@@ -168,36 +197,45 @@ def normalise_task(name: str) -> str:
     return _SEPARATORS.sub("-", base.lower())
 
 
-def _facts(data: dict[str, Any], rewards: Any) -> dict[str, Any]:
-    """The fields of HarborFacts, each of its type by construction (`_obj`, `_text`, `_number`):
-    a submitter's file may hold anything where Harbor writes an object, a string or a number,
-    and one odd field must neither lose the trial nor need validating tens of thousands of
-    times (tests/integration/test_leaderboard_import.py loads every record back)."""
-    info = _obj(data.get("agent_info"))
-    config = _obj(data.get("config"))
-    exception = _obj(data.get("exception_info"))
-    message = exception.get("exception_message")
-    model = _obj(info.get("model_info")).get("name") or _obj(config.get("agent")).get("model_name")
+def _facts(fields: dict[str, Any], rewards: Any) -> dict[str, Any]:
+    """The fields of HarborFacts from a trial's kept fields, each already of its type
+    (`parse_result` checked them, or `fields_of` made them so): nothing is validated again,
+    tens of thousands of times (tests/integration/test_leaderboard_import.py loads every record
+    back through the store)."""
+    get = fields.get
+    message = get("exception_message")
     return {
-        "trial_name": data["trial_name"],
-        "trial_id": _text(data.get("id")),
-        "task_name": data["task_name"],
-        "task_checksum": _text(data.get("task_checksum")),
-        "dataset": _text(data.get("source")),
-        "agent_name": _text(info.get("name")),
-        "agent_version": _text(info.get("version")),
-        "model": _text(model),
-        "sandbox_provider": _text(_obj(config.get("environment")).get("type")),
-        "timeout_multiplier": _number(config.get("timeout_multiplier")),
-        "overrides": _overrides(config),
-        "phase_s": _phase_seconds(data),
+        "trial_name": fields["trial_name"],
+        "trial_id": get("trial_id"),
+        "task_name": fields["task_name"],
+        "task_checksum": get("task_checksum"),
+        "dataset": get("dataset"),
+        "agent_name": get("agent_name"),
+        "agent_version": get("agent_version"),
+        "model": get("model_info_name") or get("agent_model_name"),
+        "sandbox_provider": get("sandbox_provider"),
+        "timeout_multiplier": get("timeout_multiplier"),
+        "overrides": {
+            name: value for field, name in _OVERRIDE_FIELDS if (value := get(field)) is not None
+        },
+        "phase_s": {
+            phase: (done - begun).total_seconds()
+            for phase, start, end in _PHASE_FIELDS
+            if (begun := get(start))
+            and (done := get(end))
+            and (begun.tzinfo is None) == (done.tzinfo is None)
+        },
         "rewards": _numbers(rewards) if type(rewards) is dict else None,
-        "exception_type": _text(exception.get("exception_type")),
+        "exception_type": get("exception_type"),
         "exception_message": mask_unknown_secrets(str(message)[:MESSAGE_CHARS])
         if message
         else None,
-        "exception_at": _text(exception.get("occurred_at")),
+        "exception_at": get("exception_at"),
     }
+
+
+_OVERRIDE_FIELDS = tuple((f"{s}_{k}", f"{s}.{k}") for s, keys in _OVERRIDES for k in keys)
+_PHASE_FIELDS = tuple((p, f"{p}_started_at", f"{p}_finished_at") for p in PHASES)
 
 
 def _obj(value: Any) -> dict[str, Any]:
@@ -222,33 +260,6 @@ def _text(value: Any) -> str | None:
     return value if value is None or type(value) is str else json.dumps(value)
 
 
-def _overrides(config: dict[str, Any]) -> dict[str, float]:
-    found: dict[str, float] = {}
-    for section, keys in _OVERRIDES:
-        values = config.get(section)
-        if values and type(values) is dict:
-            for key in keys:
-                value = values.get(key)
-                if value is not None and (value := _number(value)) is not None:
-                    found[f"{section}.{key}"] = value
-    return found
-
-
-def _phase_seconds(data: dict[str, Any]) -> dict[str, float]:
-    """Seconds per phase with both ends written (`seconds_between`, inlined: it runs for every
-    phase of every trial of a leaderboard)."""
-    found = {}
-    for phase in PHASES:
-        span = data.get(phase)
-        if type(span) is dict:
-            start, end = span.get("started_at"), span.get("finished_at")
-            if start and end and type(start) is str and type(end) is str:
-                begun, done = datetime.fromisoformat(start), datetime.fromisoformat(end)
-                if (begun.tzinfo is None) == (done.tzinfo is None):
-                    found[phase] = (done - begun).total_seconds()
-    return found
-
-
 def seconds_between(start: datetime | None, end: datetime | None) -> float | None:
     """None when either end is missing, or when one is naive and the other not: Harbor writes
     naive local times or UTC with a Z, and a mix of the two has no honest difference."""
@@ -257,7 +268,8 @@ def seconds_between(start: datetime | None, end: datetime | None) -> float | Non
     return (end - start).total_seconds()
 
 
-def _time(text: Any) -> datetime | None:
-    if not text or not isinstance(text, str):
+def _time(value: Any) -> datetime | None:
+    """ISO 8601 text (Python >= 3.11 reads a trailing Z); anything else but text None."""
+    if not value or not isinstance(value, str):
         return None
-    return datetime.fromisoformat(text)  # Python >= 3.11 reads a trailing Z
+    return datetime.fromisoformat(value)
