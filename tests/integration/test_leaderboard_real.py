@@ -7,7 +7,7 @@ statsmodels' Holm for the rank sets; the page is measured in headless Chromium."
 
 from __future__ import annotations
 
-import itertools
+import gc
 import json
 import math
 import os
@@ -21,10 +21,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from scipy import stats
-from statsmodels.stats.multitest import multipletests
 
 from tests.integration._chromium import chromium, find_browser, measured
+from tests.unit.test_ranks import holm_reference
 
 pytestmark = pytest.mark.slow
 
@@ -164,35 +163,6 @@ def test_exact_ties_share_their_rank_and_clean_rank(
     assert order == sorted(order, key=lambda s: (-scores[s], s))
 
 
-def holm_reference(matrix: np.ndarray, level: float) -> tuple[set, list, list]:
-    """Ordered pairs proven better (scipy's one-sided paired t-tests, statsmodels' Holm over
-    all of them), the simultaneous rank sets they give, and each entry's marginal set (Holm
-    over its own pairs)."""
-    p = matrix.shape[1]
-    pairs, p_values = [], []
-    for j, k in itertools.permutations(range(p), 2):
-        if np.std(matrix[:, j] - matrix[:, k]) > 0:
-            pairs.append((j, k))
-            test = stats.ttest_rel(matrix[:, j], matrix[:, k], alternative="greater")
-            p_values.append(test.pvalue)
-    rejected = multipletests(p_values, alpha=1 - level, method="holm")[0]
-    better = {pair for pair, r in zip(pairs, rejected, strict=True) if r}
-
-    def bounds(proven: set) -> tuple[int, int]:
-        return (
-            1 + sum((k, j) in proven for k in range(p)),
-            p - sum((j, k) in proven for k in range(p)),
-        )
-
-    simultaneous, marginal = [], []
-    for j in range(p):
-        simultaneous.append(bounds(better))
-        own = [i for i, pair in enumerate(pairs) if j in pair]
-        hits = multipletests([p_values[i] for i in own], alpha=1 - level, method="holm")[0]
-        marginal.append(bounds({pairs[i] for i, r in zip(own, hits, strict=True) if r}))
-    return better, simultaneous, marginal
-
-
 def test_rank_sets_and_tiers_are_holms_and_take_no_seed(
     board: tuple[dict, Path], files: dict[str, Any]
 ) -> None:
@@ -200,14 +170,16 @@ def test_rank_sets_and_tiers_are_holms_and_take_no_seed(
     so no seed or number of draws can move them."""
     result = board[0]
     labels = result["ranks"]["labels"]
-    tasks = sorted(by_task(files["trials"][labels[0]]))
+    grouped = {s: by_task(files["trials"][s]) for s in labels}
+    tasks = sorted(grouped[labels[0]])
     matrix = np.array(
-        [
-            [np.mean([reward(t) == 1.0 for t in by_task(files["trials"][s])[task]]) for s in labels]
-            for task in tasks
-        ]
+        [[np.mean([reward(t) == 1.0 for t in grouped[s][task]]) for s in labels] for task in tasks]
     )
-    better, simultaneous, marginal = holm_reference(matrix, result["level"])
+    gc.freeze()  # statsmodels' Holm calls gc.collect(): not through every file read above
+    try:
+        better, simultaneous, marginal = holm_reference(matrix, result["level"])
+    finally:
+        gc.unfreeze()
     proven = {(labels[j], labels[k]) for j, k in better}
     assert {tuple(pair) for pair in result["ranks"]["proven_better"]} == proven
     assert [tuple(s) for s in result["ranks"]["simultaneous"]] == simultaneous
