@@ -1,5 +1,6 @@
 """Claim: `levelfield report` and `levelfield leaderboard` on the whole shared leaderboard
-(55 submissions, about 24,000 trials) take at most 4 s each on 2 cores.
+(55 submissions, about 24,000 trials) take at most 4 s each on 2 cores, and `leaderboard` under
+2 s of CPU.
 
 Each command runs as a user runs it, in a fresh process, `--rounds` times; printed are the
 median and max wall time, the CPU time it used, and the ratio to the 4 s budget. "Warm" is what a
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 
 BUDGET_S = 4.0
+LEADERBOARD_CPU_S = 2.0
 ARCHIVE = Path(__file__).resolve().parents[1] / ".." / "shared" / "tb2-leaderboard"
 LEVELFIELD = [sys.executable, "-m", "levelfield"]
 IMPORTS = {
@@ -54,9 +56,15 @@ def line(name: str, samples: list[tuple[float, float]]) -> str:
     walls = [w for w, _ in samples]
     cpus = [c for _, c in samples]
     median = statistics.median(walls)
+    cpu = statistics.median(cpus)
+    budget = (
+        f"  cpu to {LEADERBOARD_CPU_S:g} s {cpu / LEADERBOARD_CPU_S:4.2f}"
+        if name.startswith("leaderboard")
+        else ""
+    )
     return (
         f"{name:34s} wall median {median:5.2f} s  max {max(walls):5.2f} s  "
-        f"cpu {statistics.median(cpus):5.2f} s  ratio to {BUDGET_S:g} s {median / BUDGET_S:4.2f}  "
+        f"cpu {cpu:5.2f} s  ratio to {BUDGET_S:g} s {median / BUDGET_S:4.2f}{budget}  "
         f"(load {os.getloadavg()[0]:.1f})"
     )
 

@@ -7,7 +7,9 @@ variances, K trials each). Printed per design: the share of leaderboards whose s
 covered every entry's rank, the share of entries whose marginal set covered its rank (mean and
 the worst entry), the share whose could-be-#1 set held every true #1, the mean set sizes, and the
 mean number of tiers. Coverage below 95 % by more than 2 Monte Carlo SEs would contradict the
-claim. `--from RUN` adds a design whose true scores are that leaderboard's measured scores.
+claim. `--from RUN` adds a design whose true scores are that leaderboard's measured scores. The
+rank sets themselves are deterministic (analysis/ranks.py: Holm's step-down, nothing drawn); only
+the simulated leaderboards are seeded.
 
     .venv/bin/python benchmarks/rank_coverage.py [--sims 500] [--from RUN]
 """
@@ -40,12 +42,12 @@ def measured_design(run_dir: Path) -> Design:
     from levelfield.analysis.leaderboard import leaderboard
     from levelfield.analysis.table import load_run
 
-    board = leaderboard(load_run(run_dir).trials, n_draws=500)
+    board = leaderboard(load_run(run_dir).trials)
     scores = tuple(round(e.score.mean, 4) for e in board.entries)
     return Design(f"{len(scores)} at the measured scores of {run_dir.name}", scores)
 
 
-def main(sims: int, run_dir: Path | None, draws: int) -> None:
+def main(sims: int, run_dir: Path | None) -> None:
     print(f"cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f}; {sims} leaderboards per design")
     designs = [*DESIGNS, *([measured_design(run_dir)] if run_dir else [])]
     header = (
@@ -55,7 +57,7 @@ def main(sims: int, run_dir: Path | None, draws: int) -> None:
     print(header)
     for design in designs:
         start = time.perf_counter()
-        c = rank_coverage(design, n_sims=sims, n_draws=draws, seed=1)
+        c = rank_coverage(design, n_sims=sims, seed=1)
         print(
             f"{design.name:46s} {c.n_entries:7d} {c.simultaneous:8.3f} {c.marginal:9.3f} "
             f"{c.marginal_worst:6.3f} {c.first:7.3f} {c.simultaneous_width:6.1f} "
@@ -68,7 +70,6 @@ def main(sims: int, run_dir: Path | None, draws: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sims", type=int, default=500)
-    parser.add_argument("--draws", type=int, default=2000, help="multiplier draws per step-down")
     parser.add_argument("--from", dest="run_dir", type=Path, default=None)
     args = parser.parse_args()
-    main(args.sims, args.run_dir, args.draws)
+    main(args.sims, args.run_dir)

@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 # An evidence note: an agent died by SIGKILL (exit 137, the shell's "Killed") with nothing to say
 # why: an OOM kill or any other kill. Imports write it (harbor/beside.py), reports count it.
 KILLED_CAUSE_UNKNOWN = "killed, cause unknown"
+# An evidence note: an imported trial is an infra error only because its exception matched no row
+# of the import's table (harbor/reasons.py). The leaderboard shows how much a clean score rests
+# on such trials.
+UNCLASSIFIED = "unclassified exception"
 
 
 class Outcome(StrEnum):

@@ -215,6 +215,10 @@ def load_record(raw: str) -> TrialRecord:
 def _connect(path: Path) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(path, timeout=30, check_same_thread=False)
+        # Takes effect only in a new store, before its first table: a record is 1-2 kB, and
+        # 16 kB pages cost a third less CPU than 4 kB ones to insert a leaderboard's 24,000
+        # (0.18 s against 0.26 s, benchmarks/harbor_import.py's machine).
+        conn.execute("PRAGMA page_size=16384")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
     except sqlite3.DatabaseError as exc:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,30 +13,14 @@ import pytest
 from levelfield.analysis import summarize
 from levelfield.analysis.simulate import simulate_trials
 from levelfield.report import render_html
+from tests.integration._chromium import chromium, find_browser
 
-BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-)
 PLOTS = ("fig-ceiling", "fig-sensitivity", "fig-reasons", "fig-memory")
 
 
 @pytest.fixture(scope="module")
 def browser() -> str:
-    found = next((path for name in BROWSERS if (path := shutil.which(name))), None)
-    if found is None:
-        message = "headless Chromium not found (Debian: apt-get install -y chromium)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + " (CI=true: install it, do not skip)")
-        pytest.skip(message)
-    return found
+    return find_browser()
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +32,9 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _chromium(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [browser, *FLAGS, f"--user-data-dir={profile}", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-
-
 @pytest.mark.slow
 def test_chromium_dom_holds_every_plot(browser: str, page: Path, tmp_path: Path) -> None:
-    done = _chromium(browser, tmp_path / "profile", "--dump-dom", page.as_uri())
+    done = chromium(browser, tmp_path / "profile", "--dump-dom", page.as_uri())
     assert done.returncode == 0, done.stderr[-2000:]
     dom = done.stdout
     assert re.findall(r"<svg id=\"(fig-[a-z]+)\"", dom) == list(PLOTS)
@@ -70,7 +47,7 @@ def test_chromium_dom_holds_every_plot(browser: str, page: Path, tmp_path: Path)
 @pytest.mark.slow
 def test_chromium_screenshot_is_written(browser: str, page: Path, tmp_path: Path) -> None:
     shot = Path(os.environ.get("LEVELFIELD_SCREENSHOT", tmp_path / "report.png"))
-    done = _chromium(
+    done = chromium(
         browser,
         tmp_path / "profile",
         "--window-size=1200,4200",

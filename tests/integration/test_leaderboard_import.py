@@ -10,6 +10,8 @@ import json
 import os
 import re
 import statistics
+import subprocess
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -156,13 +158,21 @@ def test_flags_match_what_the_files_show(
     with reading(imported[0]) as store:
         flags = {s: {f["kind"] for f in fs} for s, fs in store.meta()["import_flags"].items()}
     usual_k = Counter(len(ts) // len({t["task_name"] for t in ts}) for ts in raw.values())
-    k_most = usual_k.most_common(1)[0][0]
+    k_most, held = usual_k.most_common(1)[0]
+    assert 2 * held > len(raw)  # "most submissions": a strict majority
     for submission, trials in raw.items():
         kinds = flags.get(submission, set())
         per_task = Counter(t["task_name"].split("/")[-1] for t in trials)
         ks = set(per_task.values())
         assert ("uneven_k" in kinds) == (len(ks) > 1), submission
         assert ("unusual_k" in kinds) == (ks != {k_most} and len(ks) == 1), submission
+        outcomes: dict[str, set[bool]] = defaultdict(set)
+        for t in trials:
+            outcomes[t["task_name"].split("/")[-1]].add(reward(t) == 1.0)
+        several = [task for task, n in per_task.items() if n >= 2]
+        copied = len(several) >= 20 and all(len(outcomes[task]) == 1 for task in several)
+        assert ("copied_attempts" in kinds) == copied, submission
+        assert "invalid_rewards" not in kinds  # every reward of the shared files is 0 or 1
         models = {
             (t["agent_info"].get("model_info") or {}).get("name")
             or t["config"]["agent"].get("model_name")
@@ -173,6 +183,8 @@ def test_flags_match_what_the_files_show(
         assert ("duplicate_trials" in kinds) == (max(names.values()) > 1), submission
         assert submission in imported[1] or not kinds  # each flag is printed by the import
     assert "duplicate_outcomes" not in set().union(*flags.values())
+    # one submission's five jobs have the same outcome on every task: 0 of 89 vary
+    assert "copied_attempts" in flags["MAYA__Claude-4.5-sonnet"]
 
 
 def test_compare_two_imported_submissions(
@@ -213,3 +225,21 @@ def test_no_secret_of_the_files_reaches_the_store(
     assert secrets
     stored = (imported[0] / "run.db").read_bytes()
     assert not any(secret.encode() in stored for secret in secrets)
+
+
+def test_a_folder_given_twice_or_inside_another_is_refused_in_words(
+    tb2_leaderboard: Path, tmp_path: Path
+) -> None:
+    """Not a SQLite UNIQUE error after reading everything: refused before any file is read."""
+    one = tb2_leaderboard / PAIR[0]
+    for paths, words in (
+        ([one, one], "is given twice"),
+        ([one, Path(f"{tb2_leaderboard}/../{tb2_leaderboard.name}/{PAIR[0]}")], "is given twice"),
+        ([tb2_leaderboard, one], f"lies inside {tb2_leaderboard}"),
+    ):
+        run = tmp_path / "run"
+        argv = [sys.executable, "-m", "levelfield", "import", "harbor", *map(str, paths)]
+        done = subprocess.run([*argv, "--out", str(run)], capture_output=True, text=True)
+        assert done.returncode == 2, done.stderr
+        assert words in " ".join(done.stderr.split()) and "UNIQUE" not in done.stderr
+        assert not run.exists()

@@ -161,8 +161,12 @@ def test_a_sigkilled_agent_with_no_exception_keeps_its_reward_and_is_flagged(
 ) -> None:
     log = "building\n/solution/solve.sh: line 3:    39 Killed    python3 -c '...'\n"
     folder = _trial_folder(tmp_path, exit_code="137", log=log, reward=0.0)
-    beside = read_beside(str(folder), read_trial(str(folder)))
-    assert beside.agent_exit_code == 137 and "Killed" in (beside.killed_line or "")
+    beside = read_beside(str(folder), read_trial(str(folder)), {"agent"})
+    assert (
+        beside is not None
+        and beside.agent_exit_code == 137
+        and "Killed" in (beside.killed_line or "")
+    )
     fields = {"reason": Reason.TESTS_FAILED, "evidence": {"notes": ("imported",)}}
     flagged = with_beside(fields, beside, None, 0.0)
     assert flagged["reason"] is Reason.TESTS_FAILED
@@ -170,9 +174,10 @@ def test_a_sigkilled_agent_with_no_exception_keeps_its_reward_and_is_flagged(
     assert note.startswith(KILLED_NOTE) and "137 (SIGKILL)" in note and "Killed" in note
     # a trial that passed, or one Harbor booked an exception for, is not searched for a kill
     passed = _trial_folder(tmp_path / "p", exit_code="137", log=log, reward=1.0)
-    assert read_beside(str(passed), read_trial(str(passed))).agent_exit_code is None
+    assert read_beside(str(passed), read_trial(str(passed)), {"agent"}) is None
     calm = _trial_folder(tmp_path / "c", exit_code="1", log="AssertionError\n", reward=0.0)
-    quiet = read_beside(str(calm), read_trial(str(calm)))
+    quiet = read_beside(str(calm), read_trial(str(calm)), {"agent"})
+    assert quiet is not None and quiet.agent_exit_code == 1
     assert with_beside(fields, quiet, None, 0.0)["evidence"]["notes"] == ("imported",)
 
 

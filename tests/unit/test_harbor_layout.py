@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import json
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
 
 from levelfield.errors import InputError
 from levelfield.harbor.importing import IMPORTED_POLICY, import_harbor
+from levelfield.harbor.result_fields import parse_json, parse_result
+from levelfield.harbor.trial_file import _facts, checked_reward, fields_of
 from levelfield.records import Outcome, Reason
 from levelfield.store import reading
+
+from ..conftest import TB2_LEADERBOARD, require_leaderboard
 
 
 def write_trial(
@@ -190,3 +195,133 @@ def test_submissions_are_found_at_their_level_whatever_lies_above_or_below(
     assert result.submissions == {"A": 2, "B": 2, "C": 1, "D": 1}
     stored = {r.agent: r for r in records(tmp_path / "run")}
     assert stored["C"].harbor.job == "job-0"
+
+
+@pytest.mark.parametrize(
+    ("rewards", "reward", "words"),
+    [
+        ({"reward": 1.0}, 1.0, None),
+        ({"reward": 1}, 1.0, None),
+        ({"a": 1.0, "b": 0.0}, 0.5, None),  # no `reward`: the mean, as Harbor's reward.json
+        ({"reward": 0.25, "n_tests": 12}, 0.25, None),  # `reward` decides, other keys are facts
+        (None, None, None),
+        ({}, None, None),
+        ({"reward": 2.0}, None, "reward is 2.0: outside the reward's range [0, 1]"),
+        ({"reward": -1}, None, "reward is -1: outside the reward's range [0, 1]"),
+        ({"reward": True}, None, "reward is true: a boolean, not a number"),
+        ({"reward": "1.0"}, None, 'reward is "1.0": a string, not a number'),
+        ({"reward": float("nan")}, None, "reward is NaN: not a number (NaN)"),
+        ({"reward": float("inf")}, None, "reward is Infinity: outside the reward's range"),
+        ({"reward": None}, None, "reward is null: a null, not a number"),
+        ({"a": 1.0, "b": "x"}, None, 'rewards.b is "x": a string, not a number'),
+        (1.0, 1.0, None),
+        ([1.0], None, "verifier_result.rewards is [1.0]: a list, not a number"),
+    ],
+)
+def test_a_reward_is_a_number_in_0_1_or_says_what_it_is(
+    rewards: object, reward: float | None, words: str | None
+) -> None:
+    got, problem = checked_reward(rewards)
+    assert got == reward
+    if words is None:
+        assert problem is None
+    else:
+        assert problem is not None and words in problem and problem.endswith("so not a pass")
+
+
+def test_files_that_are_not_trials_say_why_and_job_summaries_are_counted(tmp_path: Path) -> None:
+    board = tmp_path / "board"
+    submission(board, "A", ["fix-git", "regex-log"])
+    job = board / "A" / "job-0"
+    for name, data in (
+        ("no-name", {"trial_name": "x", "verifier_result": None}),
+        ("number", {"task_name": 7, "trial_name": "y"}),
+        ("list", [1, 2]),
+    ):
+        (job / name).mkdir()
+        (job / name / "result.json").write_text(json.dumps(data))
+    result = import_harbor([board], tmp_path / "run")
+    assert (result.found, result.imported, result.job_summaries) == (9, 4, 2)
+    reasons = sorted(s.split(": ", 1)[1] for s in result.skipped)
+    assert reasons == [
+        "not a Harbor trial result: a JSON list, not an object",
+        "not a Harbor trial result: no task_name",
+        "not a Harbor trial result: task_name is 7, not a string",
+    ]
+
+
+def test_symlinked_folders_are_followed_once_and_loops_are_said(tmp_path: Path) -> None:
+    board, elsewhere = tmp_path / "board", tmp_path / "elsewhere"
+    submission(board, "A", ["fix-git"])
+    submission(elsewhere, "B", ["fix-git"])
+    (board / "B").symlink_to(elsewhere / "B")  # a submission kept elsewhere: followed
+    (board / "A" / "job-0" / "up").symlink_to(board)  # a loop
+    (board / "C").symlink_to(board / "A")  # a second name for A: read once
+    (board / "D").symlink_to(tmp_path / "missing")
+    result = import_harbor([board], tmp_path / "run")
+    assert result.submissions == {"A": 2, "B": 2}
+    assert (result.found, result.imported, result.job_summaries) == (8, 4, 4)
+    said = sorted(s.split(": ", 1)[1].split(",")[0] for s in result.folders_skipped)
+    assert said == [
+        f"a broken symlink to {tmp_path / 'missing'}",
+        f"a symlink to {board}",
+        f"a symlink to {board / 'A'}",
+    ]
+
+
+def test_no_k_is_unusual_when_no_k_is_held_by_most_submissions(tmp_path: Path) -> None:
+    board = tmp_path / "board"
+    submission(board, "Five", ["t1", "t2"], k=5)
+    submission(board, "One", ["t1", "t2"], k=1)
+    uneven = submission(board, "Uneven", ["t1", "t2"], k=2)
+    write_trial(uneven / "job-0", "t1", 9)
+    flags = import_harbor([board], tmp_path / "run").flags
+    assert not any(f.kind == "unusual_k" for found in flags.values() for f in found)
+    submission(board, "AlsoFive", ["t1", "t2"], k=5)
+    submission(board, "FiveAgain", ["t1", "t2"], k=5)
+    flags = import_harbor([board], tmp_path / "run2").flags
+    (unusual,) = [f for f in flags["One"] if f.kind == "unusual_k"]
+    assert unusual.detail == "K = 1 trials per task where most submissions (3 of 5) have 5"
+
+
+def test_the_fast_read_and_the_whole_file_read_make_the_same_facts() -> None:
+    """parse_result keeps a few fields of each file and checks their types in pydantic; a file
+    that does not fit is read whole. On real trial files (the first 3,000 of the shared
+    leaderboard's archive) both make the same facts; on odd ones the whole read makes what
+    it can."""
+    require_leaderboard()
+    compared = 0
+    with tarfile.open(TB2_LEADERBOARD) as archive:
+        for member in archive:
+            if compared >= 3000:
+                break
+            if not member.name.endswith("/result.json"):
+                continue
+            raw = archive.extractfile(member).read()  # type: ignore[union-attr]
+            fast = parse_result(raw)
+            if fast is None:
+                continue  # a job's summary
+            whole = fields_of(parse_json(raw))
+            assert _facts(fast, fast.get("rewards")) == _facts(whole, whole.get("rewards"))
+            assert (fast.get("started_at"), fast.get("finished_at")) == (
+                whole["started_at"],
+                whole["finished_at"],
+            )
+            compared += 1
+    assert compared == 3000
+    odd = {
+        "task_name": "t",
+        "trial_name": "t__1",
+        "agent_info": {"name": 7, "model_info": None},
+        "config": {"timeout_multiplier": float("nan"), "agent": {"override_timeout_sec": True}},
+        "started_at": "2026-01-01T10:00:00Z",
+        "agent_execution": {"started_at": "2026-01-01T10:00:00Z", "finished_at": "nope"},
+    }
+    raw = json.dumps(odd).encode()
+    assert parse_result(raw) is None
+    with pytest.raises(ValueError, match="nope"):  # a timestamp that is not one: skipped
+        fields_of(parse_json(raw))
+    odd["agent_execution"] = {"started_at": "2026-01-01T10:00:00Z"}
+    facts = _facts(fields_of(parse_json(json.dumps(odd).encode())), None)
+    assert (facts["agent_name"], facts["timeout_multiplier"], facts["overrides"]) == ("7", None, {})
+    assert facts["phase_s"] == {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +43,7 @@ def trials() -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def board(trials: pd.DataFrame):  # type: ignore[no-untyped-def]
-    return leaderboard(trials, n_draws=1000)
+    return leaderboard(trials)
 
 
 def test_scores_follow_the_leaderboard_convention(trials: pd.DataFrame, board) -> None:  # type: ignore[no-untyped-def]
@@ -162,3 +163,27 @@ def test_cli_leaderboard_variants(
     )
     lonely = run(app, ["leaderboard", str(tmp_path / "lb")])
     assert lonely.exit_code == 2 and "at least two" in lonely.output
+
+
+def test_exact_ties_share_the_score_rank_and_the_clean_rank() -> None:
+    """Passes 1, 2, 7, 6 of 10 on four tasks, and 7, 2, 1, 6: the same score, 16/40, which float
+    sums in task order make 0.4 and 0.39999999999999997; an infra error on each one's last task
+    leaves the clean scores tied too."""
+    rows = []
+    for agent, passes in (("a", (1, 2, 7, 6)), ("b", (7, 2, 1, 6)), ("c", (1, 1, 1, 1))):
+        for t, n in enumerate(passes):
+            for r in range(10):
+                status = "passed" if r < n else "failed"
+                if t == 3 and r == 9:
+                    status = "infra_error"
+                rows.append((f"t{t}", agent, "imported", r + 1, status, "tests_failed"))
+    trials = pd.DataFrame(rows, columns=["task", "agent", "policy", "repeat", "status", "reason"])
+    board = leaderboard(trials)
+    entries = {e.label: e for e in board.entries}
+    assert (entries["a"].rank, entries["b"].rank, entries["c"].rank) == (1, 1, 3)
+    assert entries["a"].clean_rank == entries["b"].clean_rank == 1
+    assert [e.label for e in board.entries] == ["a", "b", "c"]  # ties: by name
+    expected = float(sum(Fraction(n, 10) for n in (1, 2, 7, 6)) / 4)
+    assert entries["a"].score.mean == pytest.approx(expected)
+    # the infra error rate: the mean over tasks of each task's share (report's definition)
+    assert entries["a"].infra_error_rate == pytest.approx((0 + 0 + 0 + 0.1) / 4)

@@ -1,18 +1,25 @@
-"""Rank confidence sets against independent references: the studentised range (Tukey) for the
-simultaneous critical value of independent equal-variance entries, a numerical integral for an
-entry's marginal one, worked examples with known ranks, and coverage on simulated leaderboards
-whose true scores are known."""
+"""Rank confidence sets against independent references: scipy's paired t-tests with statsmodels'
+Holm for the proven pairs and both kinds of rank set, fractions for exact ties, worked examples
+with known ranks, and coverage on simulated leaderboards whose true scores are known."""
 
 from __future__ import annotations
 
-import math
+import itertools
+from fractions import Fraction
 
 import numpy as np
 import pytest
-from scipy import integrate, linalg, optimize, special, stats
+from scipy import linalg, stats
+from statsmodels.stats.multitest import multipletests
 
-from levelfield.analysis.ranks import rank_sets
-from levelfield.analysis.simulate_ranks import Design, rank_coverage, true_ranks
+from levelfield.analysis.ranks import rank_sets, ranks_of
+from levelfield.analysis.simulate_ranks import (
+    Design,
+    logit_offsets,
+    rank_coverage,
+    simulate_leaderboard,
+    true_ranks,
+)
 
 
 def independent_entries(means: list[float], spread: float = 0.3) -> np.ndarray:
@@ -22,29 +29,59 @@ def independent_entries(means: list[float], spread: float = 0.3) -> np.ndarray:
     return np.asarray(means)[None, :] + spread * h
 
 
-def test_first_simultaneous_critical_value_is_the_studentised_range() -> None:
-    # max over ordered pairs of (Z_j − Z_k) / (σ√2) is the range of p iid normals over √2.
-    p = 8
-    sets = rank_sets(independent_entries([0.5] * p), [f"e{j}" for j in range(p)], n_draws=40_000)
-    gaussian = stats.studentized_range.ppf(0.95, p, np.inf) / math.sqrt(2)
-    expected = stats.t.ppf(stats.norm.cdf(gaussian), 63)  # carried to t on 64 tasks' SEs
-    assert sets.critical_values[0] == pytest.approx(expected, abs=0.03)
+def holm_reference(per_task: np.ndarray, level: float = 0.95) -> tuple[set, list, list]:
+    """Independently: every ordered pair's one-sided paired t-test (scipy), Holm over all of
+    them (statsmodels) for the simultaneous sets, and over each entry's pairs for its marginal
+    set. Returns (proven better pairs, simultaneous bounds, marginal bounds)."""
+    p = per_task.shape[1]
+    pairs, p_values = [], []
+    for j, k in itertools.permutations(range(p), 2):
+        if np.std(per_task[:, j] - per_task[:, k]) == 0:
+            continue  # identical per-task scores: nothing to test
+        pairs.append((j, k))
+        p_values.append(
+            stats.ttest_rel(per_task[:, j], per_task[:, k], alternative="greater").pvalue
+        )
+    rejected = multipletests(p_values, alpha=1 - level, method="holm")[0]
+    better = {pair for pair, r in zip(pairs, rejected, strict=True) if r}
+    simultaneous = [
+        (1 + sum((k, j) in better for k in range(p)), p - sum((j, k) in better for k in range(p)))
+        for j in range(p)
+    ]
+    marginal = []
+    for j in range(p):
+        own = [i for i, (a, b) in enumerate(pairs) if j in (a, b)]
+        hit = multipletests([p_values[i] for i in own], alpha=1 - level, method="holm")[0]
+        won = {pairs[i] for i, r in zip(own, hit, strict=True) if r}
+        marginal.append(
+            (1 + sum((k, j) in won for k in range(p)), p - sum((j, k) in won for k in range(p)))
+        )
+    return better, simultaneous, marginal
 
 
-def test_marginal_critical_value_matches_its_integral() -> None:
-    # Entry j alone: P(max_k |Z_j − Z_k| <= c·σ√2) = ∫ φ(z) [Φ(z + c√2) − Φ(z − c√2)]^(p−1) dz.
-    p = 8
+def test_rank_sets_are_holm_over_the_pairs_paired_t_tests() -> None:
+    design = Design("spread", tuple(np.linspace(0.85, 0.2, 12)))
+    per_task = simulate_leaderboard(design, logit_offsets(design), np.random.default_rng(5))
+    labels = [f"e{j}" for j in range(per_task.shape[1])]
+    sets = rank_sets(per_task, labels)
+    better, simultaneous, marginal = holm_reference(per_task)
+    assert {(labels[j], labels[k]) for j, k in better} == set(sets.proven_better)
+    assert list(sets.simultaneous) == simultaneous
+    assert list(sets.marginal) == marginal
+    assert 0 < len(better) < 12 * 11  # some pairs told apart, not all
+    assert sets.critical_values[0] == pytest.approx(stats.t.ppf(1 - 0.05 / 132, 88))
 
-    def coverage(c: float) -> float:
-        def inner(z: float) -> float:
-            band = special.ndtr(z + c * math.sqrt(2)) - special.ndtr(z - c * math.sqrt(2))
-            return float(math.exp(-z * z / 2) / math.sqrt(2 * math.pi) * band ** (p - 1))
 
-        return integrate.quad(inner, -10, 10)[0]
-
-    expected = stats.t.ppf(stats.norm.cdf(optimize.brentq(lambda c: coverage(c) - 0.95, 1, 6)), 63)
-    sets = rank_sets(independent_entries([0.5] * p), [f"e{j}" for j in range(p)], n_draws=40_000)
-    assert np.allclose(sets.marginal_critical_values, expected, atol=0.04)
+def test_exact_ties_share_a_rank_whatever_the_float_sums_say() -> None:
+    # 1/10 + 2/10 + 7/10 in two orders: float sums differ in the last bit, fractions do not.
+    a = np.array([0.1, 0.2, 0.7, 0.6])
+    b = np.array([0.7, 0.2, 0.1, 0.6])
+    assert a.sum() != b.sum()
+    per_task = np.column_stack([b, a, a * 0.5])
+    exact = [sum(map(Fraction, ("1/10", "2/10", "7/10", "6/10"))) / 4] * 2 + [Fraction(1, 5)]
+    sets = rank_sets(per_task, ["b", "a", "c"], exact=exact)
+    assert sets.scores[0] != sets.scores[1] and sets.rank == (1, 1, 3)
+    assert ranks_of([Fraction(1, 3), Fraction(2, 6), Fraction(1, 2)]) == [2, 2, 1]
 
 
 def test_two_separated_groups_worked_example() -> None:
@@ -84,7 +121,7 @@ def test_true_ranks_share_the_best_rank_on_ties() -> None:
     ids=lambda d: d.name,
 )
 def test_rank_sets_cover_the_true_ranks(design: Design) -> None:
-    result = rank_coverage(design, n_sims=100, n_draws=800, seed=3)
+    result = rank_coverage(design, n_sims=100, seed=3)
     floor = 0.95 - 3 * result.mc_se
     assert result.simultaneous >= floor
     assert result.marginal_worst >= floor

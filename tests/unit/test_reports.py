@@ -259,3 +259,18 @@ def test_nan_prints_as_na_not_zero() -> None:
 
     assert _format.pts(math.nan) == "n/a" and _format.p_value(math.nan) == "n/a"
     assert _format.ceiling(math.inf) == "none" and _format.ceiling(math.nan) == "unknown"
+
+
+def test_results_json_is_strict_json_whatever_a_record_holds() -> None:
+    """A run stored before rewards were checked may hold a NaN reward: `results --json` writes
+    null, never the bare NaN that strict parsers refuse."""
+    from levelfield.report.results import results_json
+    from tests.unit.test_store import record
+
+    stored = record("k").model_copy(update={"reward": float("nan"), "duration_s": float("inf")})
+
+    def refuse(token: str) -> None:
+        raise ValueError(token)
+
+    (parsed,) = json.loads(results_json([stored]), parse_constant=refuse)
+    assert parsed["reward"] is None and parsed["duration_s"] == "inf"

@@ -4,9 +4,24 @@ A leaderboard is a run whose configurations are its entries (an imported submiss
 configuration: its agent label). Per entry: the score (the leaderboard's convention: mean over
 tasks of the task's mean, an infra error counting as a failure) with its task-clustered CI,
 beside the leaderboard's own "±"; the clean score and its rank; the infra error rate by kind;
-the sandbox provider. Between entries: the paired difference to the next entry and to #1 (CI,
-sign-flip p, Holm over those comparisons together), the rank sets and tiers of ranks.py, and the
-smallest gap the design can detect (power.py).
+how much of the clean score rests on exceptions the import's table does not know; the sandbox
+provider. Between entries: the paired difference to the next entry and to #1 (CI, sign-flip p,
+Holm over those comparisons together), the rank sets and tiers of ranks.py, and the smallest gap
+the design can detect (power.py).
+
+**Ranks are decided on exact scores.** A score is a mean of passes / K over tasks: a fraction,
+computed here as one (`fractions.Fraction` of the pass counts), so that two entries with 349
+passes of 445 share a rank, whichever order a float sum would have added their tasks in. The
+clean rank likewise.
+
+**The infra error rate** is, as in `levelfield report`, the mean over tasks of each task's share
+of infra errors: weighted like the score, so that with uneven K a task with many trials does not
+count more. Its kinds split it the same way and add up to it.
+
+**Unclassified exceptions.** An imported trial whose exception no row of the import's table
+knows is an infra error (only what the agent did is booked against it), so it leaves the clean
+score. Per entry: the share of such trials, the clean score if they counted as the agent's
+failures, and the clean rank it would then hold.
 
 **The two bands answer two questions.** The leaderboard's ± is its `stderr`: the square root of
 sum over tasks of p̂(1 − p̂)/(K − 1), over n (terminal-bench-experiments,
@@ -25,6 +40,7 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -34,7 +50,7 @@ from levelfield.analysis import _tidy
 from levelfield.analysis.estimators import Estimate, mean_of_tasks
 from levelfield.analysis.paired import PairedComparison, TaskMatrix, compare_pairs, holm
 from levelfield.analysis.power import detectable_gap, paired_variances
-from levelfield.analysis.ranks import N_DRAWS, RankSets, rank_sets
+from levelfield.analysis.ranks import RankSets, rank_sets, ranks_of
 
 TOP = 20  # "how many adjacent gaps in the top 20 are distinguishable"
 POWER = 0.8
@@ -43,7 +59,11 @@ POWER = 0.8
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One entry, `rank` by score (ties share the best); `retry_se` is the leaderboard's ± (NaN
-    when some task has one trial); `infra_by_kind` the share of its trials per infra reason."""
+    when some task has one trial); `infra_error_rate` the mean over tasks of each task's share
+    of infra errors, `infra_by_kind` that per infra reason. `unclassified_rate` is the part of
+    the infra error rate that rests on unclassified exceptions; `clean_if_agents` and
+    `clean_rank_if_agents` the clean score and rank if those counted as the agent's failures
+    (NaN where no task has a clean trial)."""
 
     label: str
     rank: int
@@ -53,6 +73,9 @@ class Entry:
     clean_rank: int
     infra_error_rate: float
     infra_by_kind: dict[str, float]
+    unclassified_rate: float
+    clean_if_agents: float
+    clean_rank_if_agents: int
     n_tasks: int
     n_trials: int
     repeats: tuple[int, int]
@@ -119,16 +142,16 @@ def leaderboard(
     *,
     info: Mapping[str, Any] | None = None,
     level: float = 0.95,
-    n_draws: int = N_DRAWS,
-    seed: int = 0,
 ) -> Leaderboard:
-    """Every figure of the leaderboard command; see the module docstring."""
+    """Every figure of the leaderboard command; see the module docstring. Deterministic: the
+    same trials give the same leaderboard (nothing here draws at random)."""
     lean, rates, labels = _entry_rates(trials)
     if len(labels) < 2:
         raise ValueError("a leaderboard needs at least two configurations to rank")
+    exact = _exact_means(rates, "n_passed", "n_trials")
     scores = TaskMatrix.of(rates, "entry", labels, "score")
-    ranks = rank_sets(scores.values.T, labels, level=level, n_draws=n_draws, seed=seed)
-    order = sorted(range(len(labels)), key=lambda j: (-ranks.scores[j], labels[j]))
+    ranks = rank_sets(scores.values.T, labels, level=level, exact=[exact[e] for e in labels])
+    order = sorted(range(len(labels)), key=lambda j: (-exact[labels[j]], labels[j]))
     gaps = _gaps(scores, order, level)
     entries = _entries(trials, lean, rates, labels, ranks, level)
     sorted_entries = tuple(entries[j] for j in order)
@@ -153,13 +176,52 @@ def leaderboard(
 
 def _entry_rates(trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """The lean trial table and per-task rates, each with an `entry` column naming the
-    configuration by the identity values that vary (an imported leaderboard: its submission)."""
+    configuration by the identity values that vary (an imported leaderboard: its submission).
+    The rates carry `n_unclassified`, the trials that are infra errors only because their
+    exception is unclassified (0 where the table has no such column)."""
     lean = _tidy.check_trials(trials)
     counts = _tidy.task_counts(lean)
     keys = [c for c in _tidy.identity_columns(counts) if counts[c].nunique() > 1] or ["agent"]
     lean = lean.assign(entry=_label(lean, keys))
-    rates = _tidy.task_rates(counts.assign(entry=_label(counts, keys)))
+    counts = counts.assign(entry=_label(counts, keys))
+    rates = _tidy.task_rates(counts).merge(
+        _unclassified_counts(trials, lean), on=["entry", "task"], how="left"
+    )
+    rates["n_unclassified"] = rates["n_unclassified"].fillna(0).astype(int)
     return lean, rates, sorted(set(rates["entry"]))
+
+
+def _unclassified_counts(trials: pd.DataFrame, lean: pd.DataFrame) -> pd.DataFrame:
+    flagged = (
+        trials["unclassified"].fillna(False).astype(bool).to_numpy()
+        if "unclassified" in trials.columns
+        else np.zeros(len(lean), bool)
+    )
+    frame = pd.DataFrame(
+        {
+            "entry": lean["entry"].astype(str).to_numpy(),
+            "task": lean["task"].astype(str).to_numpy(),
+            "n_unclassified": flagged & lean["infra"].to_numpy(),
+        }
+    )
+    return frame.groupby(["entry", "task"], sort=False).sum().reset_index()
+
+
+def _exact_means(
+    rates: pd.DataFrame, numerator: str, denominator: str | pd.Series
+) -> dict[str, Fraction]:
+    """Per entry, the mean over its tasks of numerator / denominator as an exact fraction;
+    tasks whose denominator is 0 are left out, and an entry with none left gets -1 (below any
+    score, so it ranks last)."""
+    below = rates[denominator] if isinstance(denominator, str) else denominator
+    frame = pd.DataFrame(
+        {"entry": rates["entry"], "a": rates[numerator].astype(int), "b": below.astype(int)}
+    )
+    out = {}
+    for entry, group in frame[frame["b"] > 0].groupby("entry", sort=False):
+        parts = [Fraction(a, b) for a, b in zip(group["a"], group["b"], strict=True)]
+        out[str(entry)] = sum(parts, Fraction(0)) / len(parts)
+    return {str(e): out.get(str(e), Fraction(-1)) for e in rates["entry"].unique()}
 
 
 def _label(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
@@ -176,12 +238,17 @@ def _entries(
     level: float,
 ) -> list[Entry]:
     clean = {e: mean_of_tasks(g["clean"].to_numpy(), level) for e, g in rates.groupby("entry")}
-    clean_means = np.array([clean[e].mean for e in labels])
+    clean_n = rates["n_trials"] - rates["n_infra"]
+    exact_clean = _exact_means(rates, "n_passed", clean_n)
+    if_agents = _exact_means(rates, "n_passed", clean_n + rates["n_unclassified"])
+    clean_rank = dict(zip(labels, ranks_of([exact_clean[e] for e in labels]), strict=True))
+    rank_if_agents = dict(zip(labels, ranks_of([if_agents[e] for e in labels]), strict=True))
     kinds, providers = _per_entry_facts(trials, lean)
     out = []
     for j, label in enumerate(labels):
         group = rates[rates["entry"] == label]
         n = int(group["n_trials"].sum())
+        per_task = group["n_trials"].to_numpy(float)
         out.append(
             Entry(
                 label=label,
@@ -189,9 +256,12 @@ def _entries(
                 score=_clip(mean_of_tasks(group["score"].to_numpy(), level, n)),
                 retry_se=retry_se(group["score"].to_numpy(), group["n_trials"].to_numpy()),
                 clean_score=_clip(clean[label]),
-                clean_rank=int(1 + np.sum(clean_means > clean_means[j])),
-                infra_error_rate=float(group["n_infra"].sum() / n),
+                clean_rank=clean_rank[label],
+                infra_error_rate=float(group["infra_rate"].mean()),
                 infra_by_kind=kinds.get(label, {}),
+                unclassified_rate=float(np.mean(group["n_unclassified"].to_numpy() / per_task)),
+                clean_if_agents=float(if_agents[label]) if if_agents[label] >= 0 else math.nan,
+                clean_rank_if_agents=rank_if_agents[label],
                 n_tasks=len(group),
                 n_trials=n,
                 repeats=(int(group["n_trials"].min()), int(group["n_trials"].max())),
@@ -217,15 +287,25 @@ def retry_se(per_task: np.ndarray, repeats: np.ndarray) -> float:
 def _per_entry_facts(
     trials: pd.DataFrame, lean: pd.DataFrame
 ) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
-    """Infra error share by reason, and the sandbox provider(s), per entry."""
-    frame = pd.DataFrame({"entry": lean["entry"].to_numpy(), "infra": lean["infra"].to_numpy()})
+    """Infra error rate by reason (the mean over tasks of each task's share, as the rate
+    itself), and the sandbox provider(s), per entry."""
+    frame = pd.DataFrame(
+        {
+            "entry": lean["entry"].astype(str).to_numpy(),
+            "task": lean["task"].astype(str).to_numpy(),
+            "infra": lean["infra"].to_numpy(),
+        }
+    )
     kinds: dict[str, dict[str, float]] = {}
     if "reason" in trials.columns:
         frame["reason"] = trials["reason"].astype(str).to_numpy()
-        infra = frame[frame["infra"]].groupby(["entry", "reason"]).size()
-        totals = frame.groupby("entry").size()
-        for (label, kind), n in infra.items():
-            kinds.setdefault(str(label), {})[str(kind)] = float(n / totals[label])
+        per_task = frame.groupby(["entry", "task"]).size()
+        n_tasks = per_task.groupby(level="entry").size()
+        infra = frame[frame["infra"]].groupby(["entry", "task", "reason"]).size()
+        share = infra / per_task.reindex(infra.index.droplevel("reason")).to_numpy()
+        by_kind = share.groupby(level=["entry", "reason"]).sum()
+        for (label, kind), total in by_kind.items():
+            kinds.setdefault(str(label), {})[str(kind)] = float(total / n_tasks[label])
     providers: dict[str, str] = {}
     if "sandbox_provider" in trials.columns:
         frame["provider"] = trials["sandbox_provider"].fillna("unknown").astype(str).to_numpy()
@@ -274,16 +354,24 @@ def _detectable(rates: pd.DataFrame, ordered: list[str], alpha: float) -> Detect
         floors.append(detectable_gap(var_diff, within, math.inf, n_tasks, alpha, POWER))
     values = np.array(gaps) if gaps else np.array([math.nan])
     return Detectable(
-        gap=float(np.nanmedian(values)),
-        gap_range=(float(np.nanmin(values)), float(np.nanmax(values))),
-        gap_all_adjacent=float(np.nanmedian(corrected)) if corrected else math.nan,
-        floor=float(np.nanmedian(floors)) if floors else math.nan,
+        gap=_finite(np.median, gaps),
+        gap_range=(_finite(np.min, gaps), _finite(np.max, gaps)),
+        gap_all_adjacent=_finite(np.median, corrected),
+        floor=_finite(np.median, floors),
         repeats=repeats,
         n_tasks=n_tasks,
         alpha=alpha,
         power=POWER,
         n_pairs=int(np.sum(np.isfinite(values))),
     )
+
+
+def _finite(statistic: Any, values: list[float]) -> float:
+    """The statistic of the finite values; NaN when there is none (every adjacent pair next
+    to an entry with one trial per task, whose repeat noise is unseen)."""
+    finite = np.asarray(values, float)
+    finite = finite[np.isfinite(finite)]
+    return float(statistic(finite)) if finite.size else math.nan
 
 
 def _providers(entries: tuple[Entry, ...]) -> tuple[Provider, ...]:

@@ -6,33 +6,40 @@ doi:10.1093/restud/rdad006; the construction follows their R package csranks (`c
 `csdiffmeans`, `cstaubest`), read, not copied.
 
 The rank of entry j is 1 + the number of entries whose true score is higher (ties share the best
-rank). It is bounded by tests of the ordered pairs: for every (j, k), H_jk says "θ_j <= θ_k", and
-rejecting it proves j better than k. Then
+rank; an estimated rank likewise, on exact scores when the caller gives them, `exact`, so that
+two entries with 376 passes of 445 share a rank whatever float rounding does). It is bounded by
+tests of the ordered pairs: for every (j, k), H_jk says "θ_j <= θ_k", and rejecting it proves j
+better than k. Then
 
     rank set of j = [1 + #{k proven better than j}, p − #{k proven worse than j}].
 
 The rank sets hold jointly with probability `level` when the pairs' family-wise error rate is
-held at 1 − level: a max-t step-down (Romano and Wolf 2005) over the studentised differences
-t_jk = (θ̂_j − θ̂_k) / se_jk. Its critical value is the `level` quantile of the largest
-(Z_j − Z_k) / se_jk over the pairs not yet rejected, Z drawn from the estimates' joint normal law;
-rejecting some pairs shrinks the family, lowers the critical value, and the test is repeated
-until nothing more is rejected.
+held at 1 − level. Here that is Holm's step-down (Holm 1979, "A simple sequentially rejective
+multiple test procedure", Scand. J. Statist. 6) over every ordered pair's one-sided paired t-test:
+with m hypotheses standing, each whose p-value is at most (1 − level) / m is rejected, which
+shrinks m, and the test is repeated until nothing more is rejected. Holm holds the family-wise
+error rate under any dependence between the pairs.
 
-Each observed t_jk divides by an SE estimated from the same n tasks, so its law is Student's t
-with n − 1 df rather than the normal law of the draws: every critical value is carried to t by
-its tail probability (`student`). On 89 tasks this is what brings the simultaneous coverage of
-tied entries from 93.6 % up to the 95 % it claims.
+**The same answer under any seed, by construction.** A max-t step-down (Romano and Wolf 2005),
+as csranks computes it, takes each step's critical value as a quantile of Monte Carlo draws of
+the largest studentised difference. It uses the correlation between the pairs and so proves a
+few more, but a pair whose t lies within the draws' error of the critical value is proven or not
+depending on the seed and the number of draws, and with it the rank sets and who could be #1.
+Holm's critical values are computed, not drawn (the Student t quantile at (1 − level) / m), so
+nothing here takes a seed. What that costs on the 55 shared submissions is in the README ("Is #1
+really #1?"), measured by benchmarks/rank_coverage.py.
+
+Each t_jk = (θ̂_j − θ̂_k) / se_jk divides by an SE estimated from the same n tasks, so its law is
+Student's t with n − 1 degrees of freedom, and its p-value is read from that law.
 
 Here the estimates are paired and clustered by task: every entry ran the same tasks, so the
-scores are correlated through the tasks' difficulty, and the joint law is the tasks' own. Z is
-drawn as a Gaussian multiplier over tasks, Z = sum_t g_t ψ_t (g_t ~ N(0, 1), ψ_t the task's
-influence on every score), whose covariance is exactly the task-clustered one and whose
-se_jk is exactly the paired SE of j − k (`paired.paired_difference`) when both ran the same
-tasks. An entry that skipped a task gets no influence from it.
+scores are correlated through the tasks' difficulty. se_jk is the task-clustered SE of θ̂_j −
+θ̂_k, which is exactly the paired SE of j − k (`paired.paired_difference`, scipy's `ttest_rel`)
+when both ran the same tasks. An entry that skipped a task gets no influence from it.
 
 - **simultaneous** sets: the family is every ordered pair; they cover all ranks at once.
-- **marginal** sets: for entry j alone, the family is the pairs that involve j; each covers its
-  own entry's rank (narrower, but not jointly).
+- **marginal** sets: for entry j alone, the family is the pairs that involve j (Holm over those);
+  each covers its own entry's rank (narrower, but not jointly).
 - **could be #1**: the entries whose simultaneous set contains 1, i.e. that no entry is proven
   better than (csranks' `cstaubest` with τ = 1). It holds every true #1 with probability `level`.
 - **tiers**: the layers of the "proven better" order of the simultaneous step-down. Tier 1 is the
@@ -47,19 +54,16 @@ tasks. An entry that skipped a task gets no influence from it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy import special
-from threadpoolctl import threadpool_limits
 
-from levelfield.analysis.estimators import FloatArray, IntArray
+from levelfield.analysis.estimators import FloatArray
 
-# The critical value for the shared leaderboard's 1,485 pairs (about 4.15) moves by an SD of
-# 0.04 from seed to seed at 4,000 draws (measured, 6 seeds); 4x the draws would halve it.
-N_DRAWS = 4000
 BoolArray = NDArray[np.bool_]
 
 
@@ -68,7 +72,8 @@ class RankSets:
     """Ranks of the entries in `labels` order: `rank` is the estimated rank (1 = best score),
     `simultaneous` and `marginal` the [lower, upper] rank sets, `tier` as in the module
     docstring, `proven_better` the pairs (better, worse) the simultaneous step-down rejected, and
-    `critical_values` its successive critical values in t."""
+    `critical_values` the t each of its steps compared with (the marginal ones: each entry's
+    first)."""
 
     labels: tuple[str, ...]
     scores: tuple[float, ...]
@@ -81,17 +86,16 @@ class RankSets:
     critical_values: tuple[float, ...]
     marginal_critical_values: tuple[float, ...]
     level: float
-    n_draws: int
-    seed: int
+    method: str = "Holm step-down over one-sided paired t-tests"
 
 
 @dataclass(frozen=True, slots=True)
 class _Pairs:
-    """Everything the step-downs need: observed t and drawn Z (draws × entries), se matrix."""
+    """Every ordered pair's observed t and one-sided p-value (entries × entries), and which
+    pairs can be tested at all (a nonzero SE)."""
 
     t: FloatArray
-    se: FloatArray
-    z: FloatArray
+    p: FloatArray
     testable: BoolArray
     df: float
 
@@ -101,39 +105,45 @@ def rank_sets(
     labels: Sequence[str],
     *,
     level: float = 0.95,
-    n_draws: int = N_DRAWS,
-    seed: int = 0,
+    exact: Sequence[Fraction] | None = None,
 ) -> RankSets:
     """Rank sets from a (tasks × entries) array of per-task scores; NaN where an entry did not
-    run a task. Higher scores rank first."""
+    run a task. Higher scores rank first. `exact` gives the scores as fractions, in `labels`
+    order, for the estimated ranks: without it, scores equal to 12 decimals tie."""
     values = np.asarray(per_task, float)
     if values.ndim != 2 or values.shape[1] != len(labels) or values.shape[1] == 0:
         raise ValueError("per_task must be tasks × entries, one column per label")
+    if exact is not None and len(exact) != len(labels):
+        raise ValueError("exact must give one score per label")
     scores = _scores(values)
     p = scores.size
-    # One BLAS thread: the products here are small, and on a loaded 2-core host OpenBLAS's
-    # threads only spin (measured 5x slower for the draws' product).
-    with threadpool_limits(limits=1, user_api="blas"):
-        pairs = _pairs(values, scores, n_draws, seed)
-        better, critical = _simultaneous(pairs, level)
-        marginal = [_marginal(pairs, j, level) for j in range(p)]
-    tiers = _tiers(better, scores)
+    pairs = _pairs(values, scores)
+    better, critical = _simultaneous(pairs, level)
+    marginal = [_marginal(pairs, j, level) for j in range(p)]
+    keys = list(exact) if exact is not None else [round(float(s), 12) for s in scores]
     names = tuple(str(label) for label in labels)
     return RankSets(
         labels=names,
         scores=tuple(float(s) for s in scores),
-        rank=tuple(int(1 + np.sum(scores > s)) for s in scores),
+        rank=tuple(ranks_of(keys)),
         simultaneous=tuple(_bounds(better, j) for j in range(p)),
         marginal=tuple(bounds for bounds, _ in marginal),
-        tier=tiers,
+        tier=_tiers(better, scores),
         could_be_first=tuple(names[j] for j in range(p) if not better[:, j].any()),
         proven_better=tuple((names[i], names[j]) for i, j in zip(*np.nonzero(better), strict=True)),
         critical_values=critical,
         marginal_critical_values=tuple(c[0] if c else math.nan for _, c in marginal),
         level=level,
-        n_draws=n_draws,
-        seed=seed,
     )
+
+
+def ranks_of(scores: Sequence[Fraction] | Sequence[float]) -> list[int]:
+    """1 + the number of strictly higher scores: equal scores share the best rank."""
+    ordered = sorted(scores, reverse=True)
+    first = {}
+    for position, value in enumerate(ordered, 1):
+        first.setdefault(value, position)
+    return [first[value] for value in scores]
 
 
 def _scores(values: FloatArray) -> FloatArray:
@@ -143,9 +153,9 @@ def _scores(values: FloatArray) -> FloatArray:
     return np.nansum(values, axis=0) / present.sum(axis=0)
 
 
-def _pairs(values: FloatArray, scores: FloatArray, n_draws: int, seed: int) -> _Pairs:
-    """Influence of each task on each score (ψ), the clustered covariance it implies, the
-    observed t of every ordered pair, and Gaussian-multiplier draws of the estimates' errors."""
+def _pairs(values: FloatArray, scores: FloatArray) -> _Pairs:
+    """Influence of each task on each score (ψ), the clustered covariance it implies, and the
+    observed t and one-sided p-value of every ordered pair."""
     present = ~np.isnan(values)
     n = values.shape[0]
     influence = np.where(present, values - scores, 0.0) / present.sum(axis=0)
@@ -158,91 +168,44 @@ def _pairs(values: FloatArray, scores: FloatArray, n_draws: int, seed: int) -> _
     testable = (se > 1e-12) & ~np.eye(scores.size, dtype=bool)
     with np.errstate(invalid="ignore", divide="ignore"):
         t = np.where(testable, (scores[:, None] - scores[None, :]) / se, 0.0)
-    rng = np.random.default_rng(seed)
-    z = rng.standard_normal((n_draws, n)) @ influence if n > 1 else np.zeros((n_draws, 1))
-    return _Pairs(t, np.where(testable, se, np.nan), z, testable, float(n - 1))
+    df = float(n - 1)
+    return _Pairs(t, np.where(testable, special.stdtr(df, -t), 1.0), testable, df)
 
 
-def step_down(
-    t: FloatArray,
-    largest: Callable[[BoolArray], FloatArray],
-    level: float,
-    df: float = math.inf,
+def holm_step_down(
+    p_values: FloatArray, alpha: float, df: float
 ) -> tuple[BoolArray, tuple[float, ...]]:
-    """Max-t step-down over hypotheses with observed statistics `t`: which it rejects, and the
-    critical value of each step. `largest(standing)` gives, per draw, the largest drawn t over
-    the hypotheses still standing; its `level` quantile is the step's critical value, carried
-    to Student's t with `df` degrees of freedom by its tail probability (see `student`)."""
-    standing = np.ones(t.size, bool)
+    """Holm's step-down: which hypotheses it rejects, and the critical t of each step (the t
+    whose one-sided p-value is alpha / m, m the hypotheses standing). Each step rejects every
+    standing p-value at most alpha / m, which rejects what rejecting them one by one would."""
+    standing = np.ones(p_values.size, bool)
     critical: list[float] = []
     while standing.any():
-        c = student(float(np.quantile(largest(standing), level)), df)
-        critical.append(c)
-        new = standing & (t > c)
+        m = int(standing.sum())
+        critical.append(float(special.stdtrit(df, 1 - alpha / m)))
+        new = standing & (p_values <= alpha / m)
         if not new.any():
             break
         standing &= ~new
     return ~standing, tuple(critical)
 
 
-def student(c: float, df: float) -> float:
-    """The t with the normal tail probability of `c`: each observed t_jk is divided by an SE
-    estimated from the same n tasks, so it has Student's t law with n − 1 df, not the normal law
-    of the draws. Without it the simultaneous sets of 10 tied entries on 89 tasks covered 93.6 %
-    instead of 95 % (benchmarks/rank_coverage.py, 500 leaderboards: 2.4 Monte Carlo SEs short)."""
-    if not math.isfinite(df) or df < 1:
-        return c
-    return float(special.stdtrit(df, special.ndtr(c)))
-
-
 def _simultaneous(pairs: _Pairs, level: float) -> tuple[BoolArray, tuple[float, ...]]:
-    """Every testable ordered pair (j, k): rejected means j proven better than k. Per draw, the
-    largest t over the standing pairs is the largest of the rows' maxima; a row's maximum is
-    computed again only when one of its pairs was rejected (most rows keep theirs)."""
+    """Every testable ordered pair (j, k): rejected means j proven better than k."""
     rows, cols = np.nonzero(pairs.testable)
-    row_max: dict[int, FloatArray] = {}
-    row_standing: dict[int, int] = {}
-
-    def largest(standing: BoolArray) -> FloatArray:
-        out = np.full(pairs.z.shape[0], -np.inf)
-        for j in np.unique(rows[standing]).tolist():
-            ks = cols[standing & (rows == j)]
-            if row_standing.get(j) != ks.size:
-                row_max[j] = _drawn_row(pairs, j, ks).max(axis=1)
-                row_standing[j] = ks.size
-            np.maximum(out, row_max[j], out=out)
-        return out
-
-    rejected, critical = step_down(pairs.t[rows, cols], largest, level, pairs.df)
+    rejected, critical = holm_step_down(pairs.p[rows, cols], 1 - level, pairs.df)
     better = np.zeros_like(pairs.testable)
     better[rows[rejected], cols[rejected]] = True
     return better, critical
 
 
 def _marginal(pairs: _Pairs, j: int, level: float) -> tuple[tuple[int, int], tuple[float, ...]]:
-    """Entry j alone: the pairs (j, k) and (k, j); t_kj = −t_jk, so one row of draws serves both
-    (the largest drawn t_kj is minus the smallest drawn t_jk)."""
+    """Entry j alone: Holm over the pairs (j, k) and (k, j)."""
     ks = np.flatnonzero(pairs.testable[j])
-    drawn = _drawn_row(pairs, j, ks)
-    t = np.concatenate([pairs.t[j, ks], -pairs.t[j, ks]])
-
-    def largest(standing: BoolArray) -> FloatArray:
-        up, down = standing[: ks.size], standing[ks.size :]
-        out = np.full(drawn.shape[0], -np.inf)
-        if up.any():
-            out = drawn[:, up].max(axis=1)
-        if down.any():
-            out = np.maximum(out, -drawn[:, down].min(axis=1))
-        return out
-
-    rejected, critical = step_down(t, largest, level, pairs.df)
+    p = np.concatenate([pairs.p[j, ks], pairs.p[ks, j]])
+    rejected, critical = holm_step_down(p, 1 - level, pairs.df)
     worse, better = rejected[: ks.size].sum(), rejected[ks.size :].sum()
     return (int(1 + better), int(pairs.t.shape[0] - worse)), critical
-
-
-def _drawn_row(pairs: _Pairs, j: int, ks: IntArray) -> FloatArray:
-    """(Z_j − Z_k) / se_jk for the given k, draws × len(ks)."""
-    return (pairs.z[:, [j]] - pairs.z[:, ks]) / pairs.se[j, ks]
 
 
 def _bounds(better: BoolArray, j: int) -> tuple[int, int]:

@@ -22,7 +22,7 @@ import numpy as np
 from scipy import optimize, special
 
 from levelfield.analysis.estimators import FloatArray, IntArray
-from levelfield.analysis.ranks import N_DRAWS, rank_sets
+from levelfield.analysis.ranks import rank_sets
 
 TB2_TASK_SD = 2.5
 TB2_INTERACTION_SD = 1.3
@@ -103,7 +103,6 @@ def rank_coverage(
     *,
     n_sims: int = 200,
     level: float = 0.95,
-    n_draws: int = N_DRAWS,
     seed: int = 0,
 ) -> Coverage:
     """Simulate `n_sims` leaderboards of `design` and count how often each set held the truth."""
@@ -114,14 +113,8 @@ def rank_coverage(
     simultaneous, first, tiers = [], [], []
     marginal = np.zeros(offsets.size)
     widths = np.zeros(3)
-    for i in range(n_sims):
-        sets = rank_sets(
-            simulate_leaderboard(design, offsets, rng),
-            labels,
-            level=level,
-            n_draws=n_draws,
-            seed=seed + i,
-        )
+    for _ in range(n_sims):
+        sets = rank_sets(simulate_leaderboard(design, offsets, rng), labels, level=level)
         sim = np.array(sets.simultaneous)
         marg = np.array(sets.marginal)
         simultaneous.append(bool(np.all((sim[:, 0] <= truth) & (truth <= sim[:, 1]))))

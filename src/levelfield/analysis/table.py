@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from levelfield.analysis import table_cache
-from levelfield.records import KILLED_CAUSE_UNKNOWN, TrialRecord
+from levelfield.records import KILLED_CAUSE_UNKNOWN, UNCLASSIFIED, TrialRecord
 from levelfield.store import reading
 
 
@@ -100,6 +100,7 @@ COLUMNS = (
     "pids_max_hits",
     "storage_full",
     "killed_cause_unknown",
+    "unclassified",
     "cpu_throttled_s",
     "cpu_throttled_periods",
     "cpu_usage_s",
@@ -161,6 +162,8 @@ def _row(r: TrialRecord) -> dict[str, Any]:
         "pids_max_hits": e.pids_max_hits,
         "storage_full": e.storage_full,
         "killed_cause_unknown": any(n.startswith(KILLED_CAUSE_UNKNOWN) for n in e.notes),
+        # an imported infra error that only an unclassified exception made one
+        "unclassified": any(n.startswith(UNCLASSIFIED) for n in e.notes),
         "cpu_throttled_s": e.cpu_throttled_s,
         "cpu_throttled_periods": e.cpu_throttled_periods,
         "cpu_usage_s": e.cpu_usage_s,

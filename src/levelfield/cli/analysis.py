@@ -143,17 +143,17 @@ def leaderboard(
     markdown: Annotated[
         bool, typer.Option(help="Print the table and findings as Markdown.")
     ] = False,
-    seed: Seed = 0,
 ) -> None:
     """Is #1 really #1? Ranks every configuration (an imported submission) with its
     task-clustered CI, the paired gap to the next and to #1 (Holm), simultaneous confidence
-    sets for the ranks, tiers, and the smallest gap the design can detect."""
+    sets for the ranks, tiers, and the smallest gap the design can detect. Deterministic: no
+    seed, nothing drawn at random."""
     from levelfield.analysis.leaderboard import leaderboard as rank_entries
     from levelfield.report.leaderboard import render_json, render_markdown, show_leaderboard
 
     data = load_run_dir(run_dir)
     with bad_input():
-        board = rank_entries(data.trials, info=data.info, seed=seed)
+        board = rank_entries(data.trials, info=data.info)
     if html is not None:
         from levelfield.report.leaderboard_html import render_leaderboard_html
 

@@ -95,14 +95,18 @@ def _prepare_table(out: Path) -> None:
 def _show(result: ImportResult) -> None:
     for problem in result.skipped:
         err.print(f"[yellow]skipped[/] {problem}")
+    for folder in result.folders_skipped:
+        err.print(f"[yellow]folder not read[/] {folder}")
     for submission, flags in sorted(result.flags.items()):
         for flag in flags:
             console.print(f"[yellow]flag[/] {submission}: {flag.kind}: {flag.detail}")
     n = len(result.submissions)
+    folders = f", {len(result.folders_skipped)} folders not read" if result.folders_skipped else ""
     console.print(
-        f"imported {result.imported} trials of {n} submission{'s' * (n != 1)} "
-        f"({result.already_stored} already there, {len(result.skipped)} files skipped, "
-        f"{sum(map(len, result.flags.values()))} flags) into {result.run_dir}; "
+        f"{result.found} result.json found: {result.imported} trials imported of {n} "
+        f"submission{'s' * (n != 1)}, {result.already_stored} already there, "
+        f"{result.job_summaries} job summaries, {len(result.skipped)} skipped{folders} "
+        f"({sum(map(len, result.flags.values()))} flags) into {result.run_dir}; "
         f"see `levelfield report {result.run_dir}`"
     )
 

@@ -1,9 +1,11 @@
 """Harbor interop: Harbor's jobs, submissions and leaderboards read as levelfield runs.
 
 `importing` assembles the import from one module per concern: `layout` (which folders hold
-trials, and which submission each belongs to), `trial_file` (one trial folder's facts),
-`reasons` (Harbor's exception types → the agent's failure or infrastructure) and `flags` (what
-looks wrong with a submission), with `beside` reading what lies next to a trial's result.json.
+trials, and which submission each belongs to), `trial_file` (one trial folder's facts, with
+`result_fields` the fields it keeps of a result.json), `reasons` (Harbor's exception types →
+the agent's failure or infrastructure) and `flags` (what looks wrong with a submission, with
+`copies` for attempts that are one run copied), with `beside` reading what lies next to a
+trial's result.json.
 
 `LevelfieldEnvironment` runs Harbor's trials on levelfield's sandboxes (`harbor run -e
 levelfield.harbor:LevelfieldEnvironment`): `environment` (the only module that imports Harbor,

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from levelfield import errors
-from levelfield.harbor.record import EnvironmentRecord, read_record
+from levelfield.harbor.record import RECORD_DIR, EnvironmentRecord, read_record
 from levelfield.harbor.trial_file import HarborTrial
 from levelfield.outcome import REASON_OF_ERROR, PhaseLog, classify, outcome_of
 from levelfield.records import KILLED_CAUSE_UNKNOWN, Reason
@@ -43,19 +44,25 @@ class Beside:
     killed_line: str | None = None  # the agent log's line that reports a kill
 
 
-def read_beside(trial_dir: str, trial: HarborTrial) -> Beside:
-    """Never raises: an unreadable record is named in `record_problem`, the rest still read.
-    Agent logs are searched only where a kill could matter: no exception and no pass (a
-    leaderboard import reads tens of thousands of folders)."""
+def read_beside(trial_dir: str, trial: HarborTrial, subdirs: Collection[str]) -> Beside | None:
+    """None when the folder holds nothing that changes the record (the usual case). Never
+    raises: an unreadable record is named in `record_problem`, the rest still read. `subdirs`
+    are the folder's sub-folders as the walk listed them, so that a bare folder costs no system
+    call here. Agent logs are searched only where a kill could matter: no exception and no pass
+    (a leaderboard import reads tens of thousands of folders)."""
     record, problem = None, None
-    try:
-        record = read_record(Path(trial_dir))
-    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
-        problem = f"levelfield/record.json unreadable: {type(exc).__name__}: {exc}"[:500]
+    if RECORD_DIR in subdirs:
+        try:
+            record = read_record(Path(trial_dir))
+        except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            problem = f"levelfield/record.json unreadable: {type(exc).__name__}: {exc}"[:500]
     if record is not None or trial.exception_type is not None or (trial.reward or 0) >= 1:
-        return Beside(record, problem)
+        return Beside(record, problem) if record is not None or problem else None
+    if "agent" not in subdirs:
+        return Beside(None, problem) if problem else None
     agent_dir = os.path.join(trial_dir, "agent")
-    return Beside(record, problem, _exit_code(agent_dir), _killed_line(agent_dir))
+    found = Beside(None, problem, _exit_code(agent_dir), _killed_line(agent_dir))
+    return found if found != Beside() else None
 
 
 def _exit_code(agent_dir: str) -> int | None:

@@ -1,19 +1,23 @@
 """Imported submissions → what a reader of their scores should know first (`flag_submissions`).
 
 A leaderboard ranks folders as its submitters uploaded them. Nothing checks that a folder holds
-one agent with one model, the same number of attempts on every task, each trial once, the
-dataset everyone else ran, or trials of its own rather than a copy of another submission's. Each
-flag names what was found, with counts, and changes no trial: the score still counts every
-trial in the folder, as the leaderboard does.
+one agent with one model, the same number of attempts on every task, each trial once, attempts
+that are runs of their own rather than copies of one (copies.py), the dataset everyone else ran,
+rewards that are numbers in [0, 1], or trials of its own rather than a copy of another
+submission's. Each flag names what was found, with counts, and changes no trial: the score
+still counts every trial in the folder, as the leaderboard does. "Most submissions" means more
+than half of them: a value only tied for the lead is no one's usual.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from levelfield.harbor.copies import copied_attempts, task_outcomes, varying_tasks
 from levelfield.harbor.trial_file import HarborTrial
 
 UNRECORDED = frozenset({None, "", "unknown"})  # a version or model nobody wrote down
@@ -28,13 +32,20 @@ class Flag:
         return asdict(self)
 
 
-def flag_submissions(trials: Mapping[str, Sequence[HarborTrial]]) -> dict[str, list[Flag]]:
-    """Flags per submission label; a submission with none is absent. Comparisons with "the
-    rest" (K, the task set, task versions) need at least three submissions to have a majority."""
-    usual_k = _most_common(k for t in trials.values() if (k := _single_k(t)) is not None)
-    usual_tasks = _most_common(frozenset(t.task for t in ts) for ts in trials.values())
+def flag_submissions(
+    trials: Mapping[str, Sequence[HarborTrial]],
+    jobs: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, list[Flag]]:
+    """Flags per submission label; a submission with none is absent. `jobs` names each trial's
+    job folder (in `trials`' order). Comparisons with "the rest" (K, the task set, task
+    versions) need at least three submissions, and a strict majority among them."""
+    usual_k = _majority([_single_k(t) for t in trials.values()])
+    usual_tasks = _majority([frozenset(t.task for t in ts) for ts in trials.values()])
     usual_checksums = _usual_checksums(trials.values())
     same_outcomes = _same_outcomes(trials)
+    outcomes = {label: task_outcomes(own) for label, own in trials.items()}
+    varying = [v[0] for o in outcomes.values() if (v := varying_tasks(o)) is not None]
+    usual_varying = statistics.median(varying) if len(varying) >= 3 else None
     flags: dict[str, list[Flag]] = {}
     for label, own in trials.items():
         found = [
@@ -43,7 +54,12 @@ def flag_submissions(trials: Mapping[str, Sequence[HarborTrial]]) -> dict[str, l
             *_duplicates(own),
             *_tasks(own, usual_tasks if len(trials) >= 3 else None, usual_checksums),
             *_partial_rewards(own),
+            *_invalid_rewards(own),
         ]
+        own_jobs = (jobs or {}).get(label) or [""] * len(own)
+        copied = copied_attempts(own, own_jobs, outcomes[label], usual_varying)
+        if copied:
+            found.append(Flag("copied_attempts", copied))
         if label in same_outcomes:
             found.append(Flag("duplicate_outcomes", same_outcomes[label]))
         if found:
@@ -73,14 +89,18 @@ def _single_k(trials: Sequence[HarborTrial]) -> int | None:
     return ks.pop() if len(ks) == 1 else None
 
 
-def _repeats(trials: Sequence[HarborTrial], usual_k: int | None) -> Iterator[Flag]:
+def _repeats(trials: Sequence[HarborTrial], usual_k: tuple[int, int, int] | None) -> Iterator[Flag]:
     per_task = _k_per_task(trials)
     ks = Counter(per_task.values())
     if len(ks) > 1:
         spread = ", ".join(f"{n} tasks with K = {k}" for k, n in sorted(ks.items()))
         yield Flag("uneven_k", f"attempts per task differ: {spread}")
-    elif usual_k is not None and (k := next(iter(ks))) != usual_k:
-        yield Flag("unusual_k", f"K = {k} trials per task where most submissions have {usual_k}")
+    elif usual_k is not None and (k := next(iter(ks))) != usual_k[0]:
+        value, held, total = usual_k
+        yield Flag(
+            "unusual_k",
+            f"K = {k} trials per task where most submissions ({held} of {total}) have {value}",
+        )
 
 
 def _duplicates(trials: Sequence[HarborTrial]) -> Iterator[Flag]:
@@ -97,15 +117,17 @@ def _duplicates(trials: Sequence[HarborTrial]) -> Iterator[Flag]:
 
 def _tasks(
     trials: Sequence[HarborTrial],
-    usual: frozenset[str] | None,
+    usual_set: tuple[frozenset[str], int, int] | None,
     usual_checksums: Mapping[str, str],
 ) -> Iterator[Flag]:
     own = {t.task for t in trials}
-    if usual is not None and own != usual:
+    if usual_set is not None and own != usual_set[0]:
+        usual = usual_set[0]
         missing, extra = sorted(usual - own), sorted(own - usual)
         yield Flag(
             "task_set",
-            f"its task set differs from most submissions': {len(missing)} missing "
+            f"its task set differs from most submissions' ({usual_set[1]} of {usual_set[2]}): "
+            f"{len(missing)} missing "
             f"{_few(missing)}, {len(extra)} extra {_few(extra)} (another dataset version?)",
         )
     changed = {
@@ -158,7 +180,8 @@ def _same_outcomes(trials: Mapping[str, Sequence[HarborTrial]]) -> dict[str, str
 
 
 def _partial_rewards(trials: Sequence[HarborTrial]) -> Iterator[Flag]:
-    partial = sum(1 for t in trials if t.reward is not None and t.reward not in (0.0, 1.0))
+    """Only valid rewards reach here: one that is not a number in [0, 1] is None."""
+    partial = sum(1 for t in trials if t.reward is not None and 0.0 < t.reward < 1.0)
     if partial:
         yield Flag(
             "partial_rewards",
@@ -167,9 +190,26 @@ def _partial_rewards(trials: Sequence[HarborTrial]) -> Iterator[Flag]:
         )
 
 
-def _most_common(values: Iterable[Any]) -> Any:
-    counts = Counter(values)
-    return counts.most_common(1)[0][0] if counts else None
+def _invalid_rewards(trials: Sequence[HarborTrial]) -> Iterator[Flag]:
+    problems = Counter(t.reward_problem for t in trials if t.reward_problem)
+    if problems:
+        shown = "; ".join(f"{n} × {p}" for p, n in problems.most_common(3))
+        more = f"; and {len(problems) - 3} other kinds" if len(problems) > 3 else ""
+        yield Flag(
+            "invalid_rewards",
+            f"{problems.total()} trials have a reward that is not a number in [0, 1]; each "
+            f"counts as the grader's failure (verifier_error), never a pass: {shown}{more}",
+        )
+
+
+def _majority(values: Sequence[Any]) -> tuple[Any, int, int] | None:
+    """(the value more than half of `values` hold, how many, of how many); None values count
+    in the total but are nobody's usual."""
+    counts = Counter(v for v in values if v is not None)
+    if not counts:
+        return None
+    value, held = counts.most_common(1)[0]
+    return (value, held, len(values)) if 2 * held > len(values) else None
 
 
 def _few(names: Sequence[str], shown: int = 3) -> str:

@@ -10,6 +10,10 @@ normalised so that `terminal-bench/x` pairs with `x`.
 Importing again is idempotent: a trial's key derives from its label and its job and trial folder
 names. The whole import is committed in one transaction: it reads files that stay where they are,
 so an interrupted import loses nothing and is simply run again.
+
+Every result.json found is accounted for: a trial imported (or stored already), a job's summary,
+or skipped with its reason (unreadable, not a trial's, a second trial of the same label, job and
+folder). A folder not read is named too (a symlink to a folder read already, a broken link).
 """
 
 from __future__ import annotations
@@ -36,15 +40,19 @@ from levelfield.harbor.reasons import judge
 from levelfield.harbor.trial_file import (
     RESULT_NAME,
     HarborTrial,
-    NotATrial,
+    JobSummary,
     read_trial,
     seconds_between,
 )
 from levelfield.plan import trial_key
-from levelfield.records import HarborFacts, Reason, TrialRecord
+from levelfield.records import Outcome, Reason, TrialRecord
 from levelfield.store import Row, Store, row_of
 
 IMPORTED_POLICY = "imported"
+# An enum member's lookup and its `.value` cost, per trial: the records are written with the
+# values, and the one member compared is looked up once.
+_VALUE = {member: member.value for member in (*Outcome, *Reason)}
+_VERIFIER_TIMEOUT = Reason.VERIFIER_TIMEOUT
 DEFAULT_WINDOW = TrialRecord.model_fields["window"].default
 ENFORCEMENT = "unknown: imported from Harbor, whose sandboxes' limits were not recorded"
 
@@ -59,12 +67,29 @@ class Labelled:
 
 @dataclass(frozen=True, slots=True)
 class ImportResult:
+    """`found` result.json files = `imported` + `already_stored` + `job_summaries` + the
+    `skipped` ones (each "path: why"); `folders_skipped` are folders not read, with why."""
+
     run_dir: Path
     imported: int
     already_stored: int
     skipped: tuple[str, ...]
     submissions: dict[str, int] = field(default_factory=dict)  # label → trials found
     flags: dict[str, list[Flag]] = field(default_factory=dict)
+    found: int = 0
+    job_summaries: int = 0
+    folders_skipped: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What became of every result.json found, and of the folders not read."""
+
+    found: int = 0
+    job_summaries: int = 0
+    skipped: list[str] = field(default_factory=list)
+    folders_skipped: list[str] = field(default_factory=list)
+    outcome: Counter[str] = field(default_factory=Counter)  # "new", "already"
 
 
 def import_harbor(
@@ -77,24 +102,55 @@ def import_harbor(
     """Every trial under `paths` into the run at `out`. `on_progress` gets the number of trial
     folders read so far, every few hundred."""
     layout.check_label(list(paths), label)
-    skipped: list[str] = []
+    check_paths(paths)
+    tally = _Tally()
     with _without_cycle_collection():
-        found = [t for p in paths for t in _read_path(Path(p), label, skipped, on_progress)]
+        found = [t for p in paths for t in _read_path(Path(p), label, tally, on_progress)]
         if not found:
             raise InputError(f"{', '.join(map(str, paths))}: no Harbor trial result.json found")
         by_label: dict[str, list[HarborTrial]] = defaultdict(list)
+        jobs: dict[str, list[str]] = defaultdict(list)
         for item in found:
             by_label[item.label].append(item.trial)
-        flags = flag_submissions(by_label)
+            jobs[item.label].append(item.job)
+        flags = flag_submissions(by_label, jobs)
         with Store.open_for_writing(out) as store:
             meta = store.meta()
             run_id = meta.get("run_id") or _run_id(paths, by_label)
             stored = store.stored_keys()
-            tally: Counter[str] = Counter()
-            store.commit_rows(_new_rows(found, run_id, stored, skipped, tally))
+            store.commit_rows(_new_rows(found, run_id, stored, tally))
             store.set_meta(_meta(meta, run_id, paths, set(by_label), flags))
-    counts = {k: len(v) for k, v in by_label.items()}
-    return ImportResult(out, tally["new"], tally["already"], tuple(skipped), counts, flags)
+    return ImportResult(
+        out,
+        tally.outcome["new"],
+        tally.outcome["already"],
+        tuple(tally.skipped),
+        {k: len(v) for k, v in by_label.items()},
+        flags,
+        tally.found,
+        tally.job_summaries,
+        tuple(tally.folders_skipped),
+    )
+
+
+def check_paths(paths: Sequence[Path]) -> None:
+    """The same folder twice, or one inside another, would read its trials twice: refused
+    before anything is read, in the user's words."""
+    resolved = [Path(p).resolve() for p in paths]
+    for i, inner in enumerate(resolved):
+        for j, outer in enumerate(resolved):
+            if i == j:
+                continue
+            if inner == outer and j < i:
+                raise InputError(
+                    f"{paths[i]} is given twice (as {paths[j]} and {paths[i]}): each trial is "
+                    "imported once, give the folder once"
+                )
+            if outer in inner.parents:
+                raise InputError(
+                    f"{paths[i]} lies inside {paths[j]}, which is imported whole: give one of "
+                    "them, or its trials would be read twice under two labels"
+                )
 
 
 @contextlib.contextmanager
@@ -120,28 +176,31 @@ def import_harbor_job(job_dir: Path, out: Path) -> ImportResult:
 def _read_path(
     root: Path,
     label: str | None,
-    skipped: list[str],
+    tally: _Tally,
     on_progress: Callable[[int], None] | None,
 ) -> list[Labelled]:
     if not root.is_dir():
         raise InputError(f"{root}: {'not a directory' if root.exists() else 'no such directory'}")
-    read_so_far = 0
 
-    def read(trial_dir: str) -> HarborTrial | None:
-        nonlocal read_so_far
-        read_so_far += 1
-        if on_progress is not None and read_so_far % 500 == 0:
-            on_progress(read_so_far)
+    def read(trial_dir: str, subdirs: list[str]) -> HarborTrial | None:
+        tally.found += 1
+        if on_progress is not None and tally.found % 500 == 0:
+            on_progress(tally.found)
         try:
             trial = read_trial(trial_dir)
-            return dataclasses.replace(trial, beside=read_beside(trial_dir, trial))
-        except NotATrial:
+        except JobSummary:
+            tally.job_summaries += 1
             return None
-        except (OSError, ValueError) as exc:
-            skipped.append(f"{os.path.join(trial_dir, RESULT_NAME)}: {exc}")
+        except (OSError, ValueError) as exc:  # NotATrial is a ValueError that says why
+            tally.skipped.append(f"{os.path.join(trial_dir, RESULT_NAME)}: {exc}")
             return None
+        beside = read_beside(trial_dir, trial, subdirs)
+        return trial if beside is None else dataclasses.replace(trial, beside=beside)
 
-    found = list(layout.walk_trials(root, read))
+    def skip(folder: str, why: str) -> None:
+        tally.folders_skipped.append(f"{folder}: {why}")
+
+    found = list(layout.walk_trials(root, read, skip))
     if not found:
         return []
     shape = layout.shape_of(found)
@@ -161,44 +220,48 @@ def _harbor_agent(trial: HarborTrial) -> str:
     return f"{name}:{model}" if model else name
 
 
-def _new_rows(
-    found: list[Labelled],
-    run_id: str,
-    stored: set[str],
-    skipped: list[str],
-    tally: Counter[str],
-) -> Iterator[Row]:
+def _new_rows(found: list[Labelled], run_id: str, stored: set[str], tally: _Tally) -> Iterator[Row]:
     """Store rows of the trials not stored yet, one at a time (the store writes each as it
     comes); `tally` counts the new and the already stored. Repeats are numbered per
     (submission, task, policy) in start order, as Harbor's attempts were.
 
-    What came from the file (`harbor`) is validated as HarborFacts; a trial whose facts do not
-    validate is skipped with its problem, the others are kept. The rest of each record is built
-    here from values of known types, so it is written as JSON without building a TrialRecord:
-    that would cost as much again as parsing the file. tests/integration/test_leaderboard_import.py
-    reads every record of the shared leaderboard back through the store. A trial with something
-    beside its result.json (a levelfield record, a kill in its agent log) is rare and carries
-    fields from elsewhere: it is validated whole."""
+    What came from the file (`harbor`) is of HarborFacts' types by construction
+    (trial_file._facts), and the rest of each record is built here from values of known types,
+    so it is written as JSON without building a TrialRecord: that would cost as much again as
+    parsing the file. tests/integration/test_leaderboard_import.py reads every record of the
+    shared leaderboard back through the store. A trial with something beside its result.json (a
+    levelfield record, a kill in its agent log) is rare and carries fields from elsewhere: it is
+    validated whole, and skipped with its problem if it does not validate. A second trial with
+    the key of one read in this import (two paths whose submission, job and trial folders have
+    the same names) is skipped with that reason."""
     groups: dict[tuple[str, str, str], list[Labelled]] = defaultdict(list)
     for item in found:
         groups[(item.label, item.trial.task, _policy(item.trial))].append(item)
+    read_now: set[str] = set()
     for members in groups.values():
-        members.sort(key=lambda m: (_sortable(m.trial.started_at), m.within))
-        for repeat, item in enumerate(members, 1):
+        timed = sorted(((_sortable(m.trial.started_at), m.within, m) for m in members), key=_first2)
+        for repeat, (started_at, _, item) in enumerate(timed, 1):
             key = trial_key(item.trial.task, item.label, IMPORTED_POLICY, 0, item.within)
-            if key in stored:
-                tally["already"] += 1
+            if key in read_now:
+                tally.skipped.append(
+                    f"{item.label}/{item.within}: the same submission, job and trial folder "
+                    "names as a trial read from another path: imported once"
+                )
                 continue
-            facts = {**item.trial.facts, "submission": item.label, "job": item.job}
+            read_now.add(key)
+            if key in stored:
+                tally.outcome["already"] += 1
+                continue
+            facts = item.trial.facts  # the trial's own dict: read once, stored once
+            facts["submission"], facts["job"] = item.label, item.job
             try:
-                HarborFacts.model_validate(facts)
-                plain = _fields(item, facts, key, run_id, repeat)
+                plain = _fields(item, facts, key, run_id, repeat, started_at)
                 fields = _with_beside(item.trial, plain)
                 row = _row(plain) if fields is plain else _validated_row(fields)
             except ValidationError as exc:
-                skipped.append(f"{item.label}/{item.within}: {exc}")
+                tally.skipped.append(f"{item.label}/{item.within}: {exc}")
                 continue
-            tally["new"] += 1
+            tally.outcome["new"] += 1
             yield row
 
 
@@ -215,8 +278,8 @@ def _row(fields: dict[str, Any]) -> Row:
         fields["policy"],
         fields["repeat"],
         DEFAULT_WINDOW,
-        fields["outcome"].value,
-        fields["reason"].value,
+        fields["outcome"],
+        fields["reason"],
         fields["started_at"],
         fields["finished_at"],
         to_json(fields).decode(),
@@ -233,6 +296,10 @@ def _sortable(when: datetime | None) -> str:
     return when.isoformat() if when else ""
 
 
+def _first2(keyed: tuple[str, str, Labelled]) -> tuple[str, str]:
+    return keyed[0], keyed[1]
+
+
 def _with_beside(trial: HarborTrial, fields: dict[str, Any]) -> dict[str, Any]:
     """The same dict when nothing beside result.json changes the record."""
     if trial.beside is None:
@@ -241,15 +308,22 @@ def _with_beside(trial: HarborTrial, fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fields(
-    item: Labelled, facts: dict[str, Any], key: str, run_id: str, repeat: int
+    item: Labelled,
+    facts: dict[str, Any],
+    key: str,
+    run_id: str,
+    repeat: int,
+    started_at: str,
 ) -> dict[str, Any]:
     """The fields of a TrialRecord that differ from its defaults; `facts` are the trial file's,
-    with its submission and job."""
+    with its submission and job; `started_at` its start as `_sortable` wrote it ("" unknown)."""
     trial = item.trial
-    verdict = judge(facts["exception_type"], facts["exception_message"], trial.reward)
+    verdict = judge(
+        facts["exception_type"], facts["exception_message"], trial.reward, trial.reward_problem
+    )
     started = trial.started_at or trial.finished_at or datetime.now(UTC)
     finished = trial.finished_at or started
-    started_at = started.isoformat()
+    started_at = started_at if trial.started_at else started.isoformat()
     phase_s = facts["phase_s"]
     return {
         "trial_key": key,
@@ -259,8 +333,8 @@ def _fields(
         "policy": IMPORTED_POLICY,
         "repeat": repeat,
         "backend": "harbor",
-        "outcome": verdict.outcome,
-        "reason": verdict.reason,
+        "outcome": _VALUE[verdict.outcome],
+        "reason": _VALUE[verdict.reason],
         "reward": trial.reward,
         "error": f"{facts['exception_type']}: {facts['exception_message'] or ''}"
         if facts["exception_type"]
@@ -271,7 +345,7 @@ def _fields(
             "duration_s": phase_s.get("agent_execution", 0.0),
         },
         "verifier_phase": {
-            "timed_out": verdict.reason is Reason.VERIFIER_TIMEOUT,
+            "timed_out": verdict.reason is _VERIFIER_TIMEOUT,
             "duration_s": phase_s.get("verifier", 0.0),
         },
         "evidence": {"notes": verdict.notes},

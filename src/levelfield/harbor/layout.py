@@ -45,22 +45,81 @@ class Found(Generic[T]):
     trial: T
 
 
-def walk_trials(root: Path, read: Callable[[str], T | None]) -> Iterator[Found[T]]:
-    """Every folder under `root` holding a result.json that `read` accepts as a trial (it
-    returns None for a job's summary), in name order. Nothing below a trial folder is read:
-    an agent's logs may hold files of any name. Paths stay strings: tens of thousands of
-    pathlib objects would cost more than the reading."""
-    top = os.fspath(root)
-    below = len(top.rstrip(os.sep)) + 1  # os.walk's paths all start with `top`
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames.sort()
-        if RESULT_NAME not in filenames:
+def walk_trials(
+    root: Path,
+    read: Callable[[str, list[str]], T | None],
+    skip: Callable[[str, str], None],
+) -> Iterator[Found[T]]:
+    """Every folder under `root` holding a result.json that `read` accepts as a trial (it gets
+    the folder and its sub-folders' names, and returns None for a job's summary or a file it
+    skipped), in name order. Nothing below a trial folder is read: an agent's logs may hold
+    files of any name. Paths stay strings: tens of thousands of pathlib objects would cost more
+    than the reading.
+
+    A symlinked folder is followed, after the real folders, and its trials are placed by the
+    link's path (a leaderboard's `Sub -> /elsewhere/Sub` is the submission `Sub`). One that
+    leads to a folder read already (a second name for it, a loop) is not read twice, and
+    `skip(path, why)` is told, as it is of a folder that cannot be listed and a broken link."""
+    top = os.fspath(root).rstrip(os.sep) or os.sep
+    seen: set[tuple[int, int]] = set()
+    links: list[tuple[str, tuple[str, ...]]] = []
+    yield from _walk(top, (), read, skip, seen, links)
+    while links:
+        path, parts = links.pop(0)
+        yield from _walk(path, parts, read, skip, seen, links)
+
+
+def _walk(
+    top: str,
+    parts: tuple[str, ...],
+    read: Callable[[str, list[str]], T | None],
+    skip: Callable[[str, str], None],
+    seen: set[tuple[int, int]],
+    links: list[tuple[str, tuple[str, ...]]],
+) -> Iterator[Found[T]]:
+    """Depth first in name order; symlinked folders met are appended to `links`."""
+    try:
+        head = os.stat(top)
+    except OSError as exc:
+        skip(top, f"a symlink that cannot be followed: {exc.strerror}")
+        return
+    device = head.st_dev
+    if (device, head.st_ino) in seen:
+        skip(top, f"a symlink to {os.path.realpath(top)}, a folder read already: read once")
+        return
+    stack: list[tuple[str, tuple[str, ...], int]]
+    stack = [(top, parts, head.st_ino)]
+    while stack:
+        path, where, inode = stack.pop()
+        if (device, inode) in seen:  # a link above led back into a folder read already
+            skip(path, "the same folder as one read already (through a symlink): read once")
             continue
-        trial = read(dirpath)
-        if trial is not None:
-            dirnames.clear()
-            rel = dirpath[below:]
-            yield Found(tuple(rel.split(os.sep)) if rel else (), trial)
+        seen.add((device, inode))
+        try:
+            with os.scandir(path) as listing:
+                entries = list(listing)
+        except OSError as exc:
+            skip(path, f"a folder that cannot be listed: {exc.strerror}")
+            continue
+        has_result, folders, linked = False, [], []
+        for entry in entries:
+            if entry.name == RESULT_NAME and not entry.is_dir():
+                has_result = True  # a broken link too: reading it says why it fails
+            elif entry.is_symlink():
+                if entry.is_dir():
+                    linked.append((entry.path, (*where, entry.name)))
+                elif not os.path.exists(entry.path):
+                    skip(entry.path, f"a broken symlink to {os.readlink(entry.path)}")
+            elif entry.is_dir(follow_symlinks=False):
+                folders.append(entry)
+        folders.sort(key=lambda e: e.name)
+        if has_result:
+            trial = read(path, [e.name for e in folders])
+            if trial is not None:
+                yield Found(where, trial)
+                continue
+        links.extend(sorted(linked))
+        stack.extend((e.path, (*where, e.name), e.inode()) for e in reversed(folders))
 
 
 @dataclass(frozen=True, slots=True)

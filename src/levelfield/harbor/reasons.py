@@ -10,6 +10,8 @@ too, named "unclassified": a trial is booked against the agent only for what the
 
 The graded reward decides whenever there is one: an agent that timed out but whose tests pass has
 passed (its timeout stays a fact of the trial), as the leaderboard and levelfield's runner count it.
+A reward that is not a number in [0, 1] (trial_file.checked_reward) is no reward: a trial with
+nothing else to say is the grader's failure, `verifier_error`, never a pass.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from levelfield.outcome import outcome_of, reason_for_reward
-from levelfield.records import Outcome, Reason
+from levelfield.records import UNCLASSIFIED, Outcome, Reason
 
 IMPORTED_NOTE = (
     "imported from Harbor: reason from its exception type and message, no kernel evidence"
@@ -159,22 +161,42 @@ def rule_for(exception_type: str, message: str) -> Rule | None:
     return None
 
 
-def judge(exception_type: str | None, message: str | None, reward: float | None) -> Verdict:
+def judge(
+    exception_type: str | None,
+    message: str | None,
+    reward: float | None,
+    reward_problem: str | None = None,
+) -> Verdict:
     """The trial's reason, and the evidence notes that say how it was reached."""
+    if exception_type is None and reward_problem is None:
+        return _GRADED[reason_for_reward(reward)]
+    checked = (f"the grader's reward is unusable: {reward_problem}",) if reward_problem else ()
     if exception_type is None:
-        return Verdict(reason_for_reward(reward), (IMPORTED_NOTE,))
+        return Verdict(reason_for_reward(reward), (IMPORTED_NOTE, *checked))
     rule = rule_for(exception_type, message or "")
     reason = rule.reason if rule else Reason.HARNESS_ERROR
-    why = (
-        f"{exception_type} → {reason.value}: {rule.why}"
-        if rule
-        else f"{exception_type} → {reason.value}: unclassified exception type, counted as "
-        "infrastructure (only what the agent did is booked against it)"
-    )
-    notes = [IMPORTED_NOTE, why, f"message: {(message or '')[:EVIDENCE_CHARS]}"]
+    if rule:
+        why = f"{exception_type} → {reason.value}: {rule.why}"
+    else:
+        why = (
+            f"{UNCLASSIFIED}: {exception_type} → {reason.value}: no row of the import's table "
+            "knows its type and message, so it counts as infrastructure (only what the agent "
+            "did is booked against it)"
+        )
+    notes = [IMPORTED_NOTE, why, f"message: {(message or '')[:EVIDENCE_CHARS]}", *checked]
     if reward is not None:
         graded = reason_for_reward(reward)
         if graded is Reason.TESTS_PASSED or outcome_of(reason) is not Outcome.FAILED:
             notes.append(f"graded reward {reward:g} decides; the {exception_type} is kept")
+            if rule is None:
+                notes[1] = notes[1].removeprefix(f"{UNCLASSIFIED}: ")
             reason = graded
     return Verdict(reason, tuple(notes))
+
+
+# The verdicts of trials with no exception and a usable reward (or none): most of a leaderboard,
+# made once rather than per trial.
+_GRADED: Final = {
+    reason: Verdict(reason, (IMPORTED_NOTE,))
+    for reason in (Reason.TESTS_PASSED, Reason.TESTS_FAILED, Reason.VERIFIER_ERROR)
+}

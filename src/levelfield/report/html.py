@@ -73,11 +73,12 @@ def render_html(summary: RunSummary) -> str:
     return page(f"levelfield run {run}", parts)
 
 
-def page(title: str, parts: Iterable[str]) -> str:
-    """A whole page around `parts`: inline style, nothing fetched when it is opened."""
+def page(title: str, parts: Iterable[str], css: str = "") -> str:
+    """A whole page around `parts`: inline style (the page's own `css` after the house's),
+    nothing fetched when it is opened."""
     return (
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n"
+        f"<title>{_e(title)}</title><style>{CSS}{css}</style></head>\n<body>\n"
         + "\n".join(parts)
         + "\n</body></html>\n"
     )

@@ -58,7 +58,8 @@ def _row(entry: Entry, nxt: Gap | None, first: Gap | None, board: Leaderboard) -
         _holm(nxt, alpha),
         _gap(first),
         _holm(first, alpha),
-        f"{f.pts(entry.clean_score.mean)} ({entry.clean_rank})",
+        f"{f.pts(entry.clean_score.mean)} ({entry.clean_rank})"
+        + (" †" if entry.unclassified_rate > 0 else ""),
         f.pts(entry.infra_error_rate),
         entry.provider,
     )
@@ -128,10 +129,39 @@ def findings(board: Leaderboard) -> list[str]:
             f"Ranked by clean score (infra errors left out), {len(moved)} entries move by two "
             f"places or more: {shown}" + (" …" if len(moved) > 6 else ".")
         )
+    resting = [e for e in board.entries if e.unclassified_rate > 0]
+    if resting:
+        shown = ", ".join(
+            f"{e.label} {e.clean_rank} → {e.clean_rank_if_agents}"
+            for e in sorted(resting, key=lambda e: -e.unclassified_rate)[:6]
+        )
+        lines.append(
+            f"† {len(resting)} entr{'y' if len(resting) == 1 else 'ies'}' clean scores rest on "
+            "unclassified exceptions: trials booked as infra errors only because no row of the "
+            "import's table knows their exception. Counted as the agent's failures, their clean "
+            f"ranks would be: {shown}" + (" …" if len(resting) > 6 else ".")
+        )
+    lines.extend(_flag_sentences(board))
     if any(p.name != "unknown" for p in board.providers):
         lines.append(_provider_sentence(board))
     lines.extend(f"Not paired: {note}." for note in board.unpaired)
     return lines
+
+
+# Import flags that change what an entry's figures mean (harbor/flags.py), said beside them.
+BEARING_FLAGS = ("copied_attempts", "invalid_rewards", "duplicate_outcomes")
+
+
+def _flag_sentences(board: Leaderboard) -> list[str]:
+    flags = board.info.get("import_flags") or {}
+    shown = {e.label for e in board.entries}
+    return [
+        f"Flag on {label}: {flag['kind']}: {flag['detail'].rstrip('.')}."
+        for label, found in sorted(flags.items())
+        if label in shown
+        for flag in found
+        if flag.get("kind") in BEARING_FLAGS
+    ]
 
 
 def _family(board: Leaderboard) -> int:
@@ -166,6 +196,24 @@ def _provider_sentence(board: Leaderboard) -> str:
     return f"Sandbox providers (a hidden variable): {parts}.{caveat}"
 
 
+def unclassified_rows(board: Leaderboard) -> list[tuple[str, ...]]:
+    """Entries whose clean score rests on unclassified exceptions: how much, and their clean
+    score and rank if those trials counted as the agent's failures."""
+    return [
+        (
+            e.label,
+            f.pts(e.unclassified_rate),
+            f"{f.pts(e.clean_score.mean)} ({e.clean_rank})",
+            f"{f.pts(e.clean_if_agents)} ({e.clean_rank_if_agents})",
+        )
+        for e in sorted(board.entries, key=lambda e: -e.unclassified_rate)
+        if e.unclassified_rate > 0
+    ]
+
+
+UNCLASSIFIED_HEADER = ("entry", "unclassified", "clean (rank)", "clean if the agent's (rank)")
+
+
 def infra_rows(board: Leaderboard) -> list[tuple[str, str, str]]:
     """Entries with infra errors: their rate and its kinds, largest first."""
     out = []
@@ -194,12 +242,23 @@ def show_leaderboard(board: Leaderboard, console: Console | None = None) -> None
         console.print(escape(line), "", sep="\n")
     infra = infra_rows(board)
     if infra:
-        kinds = Table(title="Infra error rate by kind (points of all the entry's trials)")
+        kinds = Table(title=f"Infra error rate by kind ({INFRA_UNIT})")
         for name in ("entry", "infra", "by kind"):
             kinds.add_column(name, justify="right" if name == "infra" else "left")
         for row in infra:
             kinds.add_row(*(escape(cell) for cell in row))
         console.print(kinds)
+    resting = unclassified_rows(board)
+    if resting:
+        table = Table(title=f"† Clean scores resting on unclassified exceptions ({INFRA_UNIT})")
+        for name in UNCLASSIFIED_HEADER:
+            table.add_column(name, justify="left" if name == "entry" else "right")
+        for row in resting:
+            table.add_row(*(escape(cell) for cell in row))
+        console.print(table)
+
+
+INFRA_UNIT = "points: the mean over tasks of each task's share of trials, as the score"
 
 
 def render_markdown(board: Leaderboard) -> str:
@@ -208,11 +267,23 @@ def render_markdown(board: Leaderboard) -> str:
         "|" + "|".join("---" if h in ("entry", "provider") else "--:" for h in HEADER) + "|",
     ]
     lines += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in rows(board)]
-    lines += ["", *(line + "\n" for line in findings(board))]
+    return "\n".join([*lines, "", details_markdown(board)])
+
+
+def details_markdown(board: Leaderboard) -> str:
+    """Everything after the main table: the findings and the tables of infra errors by kind and
+    of clean scores resting on unclassified exceptions."""
+    lines = [*(line + "\n" for line in findings(board))]
     infra = infra_rows(board)
     if infra:
+        lines += [f"Infra error rate by kind ({INFRA_UNIT}):", ""]
         lines += ["| entry | infra | by kind |", "|---|--:|---|"]
         lines += [f"| {_md(a)} | {b} | {_md(c)} |" for a, b, c in infra]
+    resting = unclassified_rows(board)
+    if resting:
+        lines += ["", f"† Clean scores resting on unclassified exceptions ({INFRA_UNIT}):", ""]
+        lines += ["| " + " | ".join(UNCLASSIFIED_HEADER) + " |", "|---|--:|--:|--:|"]
+        lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in resting]
     return "\n".join(lines) + "\n"
 
 
