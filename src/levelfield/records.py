@@ -110,6 +110,11 @@ class Evidence(_Frozen):
         description="Kills of the trial's processes at a limit not its own ceiling (the host "
         "ran out, or a parent cgroup's limit), from the kernel log; oom_kills counts them too.",
     )
+    tampered: tuple[str, ...] = Field(
+        (),
+        description="What of the grader the agent changed, or which process not the grader's "
+        "touched its files: the facts behind grader_tampered.",
+    )
     left_running: tuple[str, ...] = Field(
         (),
         description="Processes the agent left running when grading began (pid in the sandbox, "
@@ -348,6 +353,19 @@ class AgentReport(_Frozen):
     message: str | None = Field(None, description="Its final or error message, shortened.")
 
 
+class CeilingHitNote(_Frozen):
+    """A ceiling the kernel enforced during one exec of a hosted sandbox, and what was done."""
+
+    exception: str = Field(description="The levelfield exception type, e.g. LevelfieldOOMKilled.")
+    message: str
+    command: str = Field(description="The exec's command, shortened and with secrets masked.")
+    exit_code: int | None
+    raised: bool = Field(
+        description="Raised from the exec (it failed), or at the trial's end when it did not "
+        "pass; false when the agent recovered and the trial passed."
+    )
+
+
 class TrialRecord(_Frozen):
     schema_version: Literal[1] = 1
     trial_key: str = Field(description="Deterministic: resume skips stored keys.")
@@ -389,6 +407,19 @@ class TrialRecord(_Frozen):
     budget: ModelBudget | None = Field(
         None, description="The model budget its calls were held to; None: no ceiling."
     )
+    spec: dict[str, float] | None = Field(
+        None, description="The task's spec (cpus, memory_bytes, storage_bytes): the 1x."
+    )
+    policy_bounds: dict[str, dict[str, str | None]] | None = Field(
+        None, description="Floor and ceiling per resource, as the policy states them."
+    )
+    enforcement: str | None = Field(
+        None, description="How the backend enforced each floor and ceiling."
+    )
+    ceiling_hits: tuple[CeilingHitNote, ...] = Field(
+        (), description="A hosted sandbox's: each ceiling the kernel enforced during an exec."
+    )
+    execs: int | None = Field(None, description="A hosted sandbox's: the harness's exec calls.")
     started_at: str
     finished_at: str
     duration_s: float

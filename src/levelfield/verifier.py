@@ -17,19 +17,9 @@ test.sh (a change is `grader_tampered`), and the reward is read as a regular fil
 a link, capped, and only as a finite number in [0, 1]. Anything else there (a link, a FIFO, a
 directory, `true`, NaN, 12) is a verifier error that says what it found.
 
-A reward can also stand on no test at all: Terminal-Bench's test.sh writes 0 whenever pytest
-exits non-zero, including when `uvx` could not even download pytest. So when test.sh names a
-report file (pytest's `--ctrf PATH`, `--junitxml PATH`) that is missing or empty afterwards, or
-when its bootstrap visibly failed (a download or name resolution error, and pytest never started),
-the verifier graded nothing: `graded_nothing` says which file and quotes the log lines.
-
-Who is to blame for a grader that graded nothing is read from its bootstrap's evidence. A package
-index it could not reach (name resolution, a refused or timed-out connection, an HTTP 5xx) is the
-infrastructure's. A grader that the agent's own changes broke is the agent's (`grader_broken`):
-apt saying that dpkg was interrupted or that a live process still holds its lock (the image was
-built with a working dpkg and the harness never runs it), or a python3 or pip that the grader
-could not run and that the sandbox's own record of changes shows the agent deleted or altered
-(the engine's diff against the image; on `process` the host's root is read-only, so never).
+Whether the grader graded nothing, and whether the agent broke it, is decided beside the
+outcome table (`outcome._grading`) from what this module reads: test.sh, its output, the
+report files it names and, on oci, the engine's diff of the container.
 """
 
 from __future__ import annotations
@@ -41,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
+from levelfield.outcome import graded_nothing, grader_broken, named_reports
 from levelfield.records import PhaseResult
 from levelfield.sandbox import Sandbox, _tree, grader
 from levelfield.tasks import Task
@@ -61,38 +52,6 @@ RUNNER_CACHES = re.compile(r"(^|/)(__pycache__|\.pytest_cache)(/|$)")
 LOADED_BY_RUNNER = re.compile(r"(^|/)(conftest\.py|pytest\.ini)$")
 
 
-REPORT_FLAG = re.compile(r"--(?:ctrf|junitxml|junit-xml|json-report-file)(?:=|\s+)([^\s;|&<>]+)")
-BOOTSTRAP_FAILURE = re.compile(
-    r"Could not resolve host|Temporary failure in name resolution|Name or service not known"
-    r"|Temporary failure resolving|failed to lookup address|dns error"
-    r"|Failed to fetch|Failed to download"
-    r"|No matching distribution found|Could not find a version that satisfies"
-    r"|Network is unreachable|Connection refused|Connection timed out"
-    r"|returned error: 5\d\d|HTTP status server error|\b5\d\d\s+(?:Service Unavailable"
-    r"|Bad Gateway|Internal Server Error|Gateway Time-?out)|too many 5\d\d error responses",
-    re.IGNORECASE,
-)
-# What apt says of a dpkg the agent left broken: its state, not a network or host fault.
-DPKG_BROKEN = re.compile(
-    r"dpkg was interrupted, you must manually run"
-    r"|Could not get lock /var/lib/dpkg/lock(?:-frontend)?\. It is held by process \d+"
-)
-# A python or pip the grader could not run; the agent's doing only if it changed their files.
-# A script whose interpreter is gone fails as "bad interpreter" (bash < 5.1) or "cannot
-# execute: required file not found" (5.1 and later): pip without its python, for instance.
-TOOL_MISSING = {
-    "python": re.compile(
-        r"\bpython[\d.]*: (?:command )?not found|/python[\d.]*: No such file or directory"
-        r"|bad interpreter: \S*python|: cannot execute: required file not found"
-    ),
-    "pip": re.compile(
-        r"\bpip[\d.]*: (?:command )?not found|No module named '?pip\b"
-        r"|/pip[\d.]*: No such file or directory"
-    ),
-}
-CHANGE_KINDS = {0: "changed", 2: "deleted"}  # the engine's diff: 0 modified, 1 added, 2 deleted
-PYTEST_STARTED = re.compile(r"test session starts|collected \d+ item|\d+ (passed|failed)")
-EVIDENCE_LINES = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +111,7 @@ def _apart(
         *judge.notes(),
     ]
     output = _read_from(log, offset)
-    nothing = graded_nothing(task, reader, output)
-    broken = grader_broken(box, output) if nothing is not None else None
+    nothing, broken = _graded(task, reader, box, output)
     if judge.setup_failure is not None:
         nothing, broken = _not_started(judge)
     skipped = judge.keep_logs(trial_dir / GRADER_LOGS)
@@ -191,8 +149,7 @@ def _in_sandbox(task: Task, box: Sandbox, trial_dir: Path, left_notes: list[str]
         *([problem] if problem else []),
     ]
     output = _read_from(log, offset)
-    nothing = graded_nothing(task, box, output)
-    broken = grader_broken(box, output) if nothing is not None else None
+    nothing, broken = _graded(task, box, box, output)
     return Verdict(phase, reward, nothing, broken, tuple(tampered), tuple(notes))
 
 
@@ -242,79 +199,26 @@ def tests_changes(shipped: dict[str, str], found: dict[str, str]) -> tuple[list[
     return changed, [path for path in gained if not LOADED_BY_RUNNER.search(path)]
 
 
-def named_reports(test_sh: str, workdir: PurePosixPath) -> list[PurePosixPath]:
-    """Report files test.sh asks pytest for; a path built from a variable cannot be checked."""
-    found = []
-    for line in test_sh.splitlines():
-        if line.lstrip().startswith("#"):
-            continue
-        for raw in REPORT_FLAG.findall(line):
-            path = raw.strip("'\"")
-            if "$" not in path and "`" not in path:
-                found.append(workdir / path)  # an absolute path stays absolute
-    return found
-
-
-def graded_nothing(task: Task, box: Reader, output: str) -> str | None:
+def _graded(task: Task, reader: Reader, box: Sandbox, output: str) -> tuple[str | None, str | None]:
+    """Whether the grader graded nothing, and whether the agent broke it (`outcome`'s rules),
+    from test.sh, the report files it names as found now, and the engine's diff on demand."""
     try:
         test_sh = (task.tests_dir / "test.sh").read_text(errors="replace")
     except OSError:
-        return None
-    failures = [line for line in output.splitlines() if BOOTSTRAP_FAILURE.search(line)]
-    for report in named_reports(test_sh, task.workdir):
-        found = box.read_entry(report, max_bytes=_tree.READ_MAX_BYTES)
-        data = found.data if found.kind == "file" else None
-        if data is None or not data.strip():
-            state = "missing" if data is None else "empty"
-            return f"test.sh names {report} but it is {state} after the verifier" + _quote(
-                output, failures
-            )
-    if failures and not PYTEST_STARTED.search(output) and "pytest" in test_sh:
-        return "the verifier's bootstrap failed before any test ran" + _quote(output, failures)
-    return None
-
-
-def grader_broken(box: Sandbox, output: str) -> str | None:
-    """The agent's own changes, as the bootstrap's evidence shows them, that left a grader
-    unable to grade; None when nothing there is the agent's doing (then it is infrastructure)."""
-    lines = output.splitlines()
-    dpkg = [line for line in lines if DPKG_BROKEN.search(line)]
-    if dpkg:
-        return "the agent left dpkg broken" + _quote(output, dpkg)
-    changes = None
-    for tool, pattern in TOOL_MISSING.items():
-        failed = [line for line in lines if pattern.search(line)]
-        if not failed:
-            continue
-        changes = changes if changes is not None else _agent_changes(box)
-        touched = [f"{path} {how}" for path, how in changes if _is_tool_file(tool, path)]
-        if touched:
-            shown = ", ".join(touched[:EVIDENCE_LINES])
-            return f"the agent broke the grader's {tool} ({shown})" + _quote(output, failed)
-    return None
-
-
-def _agent_changes(box: Sandbox) -> list[tuple[str, str]]:
-    """Files the sandbox's engine saw changed or deleted against the image; none where the
-    backend cannot say (`process`: the host's root is read-only to the agent)."""
+        return None, None
+    reports = {
+        path: _file(reader.read_entry(path, max_bytes=_tree.READ_MAX_BYTES))
+        for path in named_reports(test_sh, task.workdir)
+    }
+    nothing = graded_nothing(test_sh, output, reports)
+    if nothing is None:
+        return None, None
     changes = getattr(box, "changes", None)
-    found = changes() if changes is not None else None
-    return [(path, CHANGE_KINDS[kind]) for path, kind in found or () if kind in CHANGE_KINDS]
+    return nothing, grader_broken(output, changes if changes is not None else lambda: None)
 
 
-def _is_tool_file(tool: str, path: str) -> bool:
-    """python: the interpreter itself (/usr/bin/python3.11); pip: its package or script."""
-    name = PurePosixPath(path).name
-    if tool == "python":
-        return "/bin/" in path and re.fullmatch(r"python[\d.]*", name) is not None
-    return re.fullmatch(r"pip[\d.]*", name) is not None
-
-
-def _quote(output: str, lines: list[str] | None = None) -> str:
-    """The log lines that show why: the matching ones, else the last non-empty ones."""
-    picked = lines or [line for line in output.splitlines() if line.strip()]
-    shown = [line.strip()[:200] for line in picked[-EVIDENCE_LINES:]]
-    return (": " + " | ".join(shown)) if shown else ""
+def _file(found: _tree.Entry) -> bytes | None:
+    return found.data if found.kind == "file" else None
 
 
 def _read_from(log: Path, offset: int) -> str:

@@ -40,6 +40,28 @@ SPIKE = REPO / "examples" / "harbor" / "memory-spike"  # ~1.2x its 256 MiB spec,
 SPIKE_MB = 256
 
 
+def _words_task(root: Path) -> Path:
+    """Prints "No space left on device" over a disk far from its ceiling, then does not do the
+    task: the agent's own words and its own failure, never the storage ceiling's."""
+    task = root / "enospc-words"
+    for part in ("environment", "solution", "tests"):
+        (task / part).mkdir(parents=True)
+    (task / "task.toml").write_text(
+        'version = "1.0"\n[environment]\nuserland = "host"\ncpus = 1\nmemory_mb = 256\n'
+        "storage_mb = 64\n[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 60\n"
+    )
+    (task / "instruction.md").write_text("Write 42 to /app/answer.txt.\n")
+    (task / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
+    (task / "solution" / "solve.sh").write_text(
+        "#!/bin/bash\necho 'cp: error writing /app/answer.txt: No space left on device' >&2\n"
+    )
+    (task / "tests" / "test.sh").write_text(
+        "#!/bin/bash\n[ \"$(cat /app/answer.txt 2>/dev/null)\" = 42 ] && r=1 || r=0\n"
+        "echo $r > /logs/verifier/reward.txt\n"
+    )
+    return task
+
+
 def _spike_task(root: Path, name: str, *, userland: str | None) -> Path:
     """The example, as an image task (oci under auto) or on the host's userland (process)."""
     task = root / name
@@ -133,6 +155,7 @@ def test_harbor_on_levelfield_books_the_oom_kill_under_strict_and_passes_under_3
     _spike_task(dataset, "spike-image", userland=None)  # auto: oci (its environment is an image)
     _spike_task(dataset, "spike-host", userland="host")  # auto: process
     (dataset / TB2_TASK).symlink_to(TB2_SAMPLE / TB2_TASK)
+    _words_task(dataset)  # under a storage ceiling (strict: the 64 MiB spec), the disk not full
     env = "levelfield.harbor:LevelfieldEnvironment"
     common = ("-e", env, "--ek", "uv_shim=true")  # TB2's verifier fetches uv from the internet
     newest = harbor_env["HARBOR_RELEASE"] != "0.25"
@@ -166,6 +189,9 @@ def test_harbor_on_levelfield_books_the_oom_kill_under_strict_and_passes_under_3
         assert loose[name]["exception_info"] is None
         peak = read_record(loose[name]["_dir"]).evidence.memory_peak_bytes  # type: ignore[union-attr]
         assert peak is not None and peak > SPIKE_MB << 20  # it needed more than its spec
+    words = strict["enospc-words"]
+    assert words["exception_info"] is None, words["exception_info"]  # not the ceiling's
+    assert words["verifier_result"]["rewards"]["reward"] == 0.0
     for results in (strict, loose):
         tb2 = results[TB2_TASK]
         assert tb2["exception_info"] is None, tb2["exception_info"]
@@ -181,6 +207,8 @@ def test_harbor_on_levelfield_books_the_oom_kill_under_strict_and_passes_under_3
     for name in ("spike-image", "spike-host", TB2_TASK):
         assert records[(name, "headroom")].outcome is Outcome.PASSED
     assert records[(TB2_TASK, "strict")].outcome is Outcome.PASSED
+    words_record = records[("enospc-words", "strict")]
+    assert (words_record.outcome, words_record.reason) == (Outcome.FAILED, Reason.TESTS_FAILED)
 
 
 @pytest.mark.harbor

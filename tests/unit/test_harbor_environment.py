@@ -11,10 +11,11 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from levelfield import errors
-from levelfield.harbor.beside import KILLED_NOTE, levelfield_reason, read_beside, with_beside
+from levelfield.harbor.beside import KILLED_NOTE, read_beside, with_beside
 from levelfield.harbor.box import ExecCall, ceiling_hit, shell_command
 from levelfield.harbor.options import parse_options
 from levelfield.harbor.trial_file import read_trial
+from levelfield.outcome import Imported, levelfield_reason
 from levelfield.policy import PRESETS, apply_policy
 from levelfield.records import Evidence, PhaseResult, Reason
 from levelfield.tasks import Spec
@@ -124,8 +125,17 @@ def test_the_counter_that_grew_during_the_exec_names_the_kill() -> None:
     pids = ceiling_hit(before, Evidence(oom_kills=1, pids_max_hits=5), strict, _result(1), "")
     assert isinstance(pids, errors.LevelfieldPidsExhausted)
     assert "pids ceiling 4096 hit, pids.events max=3" in str(pids)
-    full = ceiling_hit(Evidence(), Evidence(), strict, _result(1), "cp: No space left on device")
+    # "No space left on device" is a full disk only where the disk shows it (the rule a native
+    # trial is decided by): the agent's own words over a disk that never neared its ceiling
+    # are its own failure, not the ceiling's.
+    ceiling = strict.storage_ceiling_bytes or 0
+    near = Evidence(storage_ceiling_bytes=ceiling, storage_written_bytes=ceiling - (1 << 20))
+    full = ceiling_hit(Evidence(), near, strict, _result(1), "cp: No space left on device")
     assert isinstance(full, errors.LevelfieldStorageExhausted)
+    far = near.model_copy(update={"storage_written_bytes": 1 << 20})
+    assert ceiling_hit(Evidence(), far, strict, _result(1), "cp: No space left on device") is None
+    filled = ceiling_hit(Evidence(), Evidence(storage_full=True), strict, _result(1), "")
+    assert isinstance(filled, errors.LevelfieldStorageExhausted)
     assert ceiling_hit(before, before, strict, _result(), "") is None  # an earlier exec's kill
     uncapped = apply_policy(PRESETS["uncapped"], SPEC)
     assert ceiling_hit(Evidence(), Evidence(), uncapped, _result(1), "No space left") is None
@@ -168,7 +178,7 @@ def test_a_sigkilled_agent_with_no_exception_keeps_its_reward_and_is_flagged(
         and "Killed" in (beside.killed_line or "")
     )
     fields = {"reason": Reason.TESTS_FAILED, "evidence": {"notes": ("imported",)}}
-    flagged = with_beside(fields, beside, None, 0.0)
+    flagged = with_beside(fields, beside, Imported(), 0.0)
     assert flagged["reason"] is Reason.TESTS_FAILED
     note = flagged["evidence"]["notes"][-1]
     assert note.startswith(KILLED_NOTE) and "137 (SIGKILL)" in note and "Killed" in note
@@ -178,7 +188,7 @@ def test_a_sigkilled_agent_with_no_exception_keeps_its_reward_and_is_flagged(
     calm = _trial_folder(tmp_path / "c", exit_code="1", log="AssertionError\n", reward=0.0)
     quiet = read_beside(str(calm), read_trial(str(calm)), {"agent"})
     assert quiet is not None and quiet.agent_exit_code == 1
-    assert with_beside(fields, quiet, None, 0.0)["evidence"]["notes"] == ("imported",)
+    assert with_beside(fields, quiet, Imported(), 0.0)["evidence"]["notes"] == ("imported",)
 
 
 def test_levelfield_harbor_imports_without_harbor_and_says_what_the_environment_needs() -> None:

@@ -28,7 +28,7 @@ def test_reward_json(text: str, reward: float | None) -> None:
 def test_report_files_named_by_test_sh() -> None:
     from pathlib import PurePosixPath
 
-    from levelfield.verifier import named_reports
+    from levelfield.outcome import named_reports
 
     test_sh = """# pytest --junitxml /not/this.xml
 uvx -p 3.13 -w pytest==8.4.1 -w pytest-json-ctrf==0.3.5 \\
@@ -129,7 +129,7 @@ INDEX_DOWN = [
 
 
 def test_the_bootstrap_evidence_tells_the_agents_doing_from_the_networks() -> None:
-    from levelfield.verifier import BOOTSTRAP_FAILURE, DPKG_BROKEN, TOOL_MISSING
+    from levelfield.outcome._grading import BOOTSTRAP_FAILURE, DPKG_BROKEN, TOOL_MISSING
 
     assert all(DPKG_BROKEN.search(line) for line in AGENT_BROKE_DPKG)
     assert not any(DPKG_BROKEN.search(line) for line in NOT_THE_AGENTS + INDEX_DOWN)

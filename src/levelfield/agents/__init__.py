@@ -22,14 +22,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from levelfield.errors import AgentError, RunConfigError
 from levelfield.model_api.cost import PriceTable
-from levelfield.records import AgentReport, ApiCall, ModelBudget, PhaseResult
-from levelfield.sandbox import Sandbox
+from levelfield.records import AgentReport, AgentSetup, ApiCall, ModelBudget, PhaseResult
+from levelfield.sandbox import ReadOnlyMount, Sandbox
 from levelfield.tasks import Task
 
 
@@ -45,14 +45,32 @@ class AgentRun:
 
 
 class Agent(Protocol):
-    """What the runner calls. A CLI agent also has `mounts()` (host trees to bind read-only
-    into the sandbox) and `setup(box, task, *, timeout_s, trial_dir) -> AgentSetup | None`,
-    its install phase; the runner calls them where present."""
+    """What the runner calls. An agent may also be a `MountsAgent` or a `SetupAgent` (a CLI
+    agent is both); the runner asks which with isinstance."""
 
     name: str
     needs_network: bool
 
     def run(self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path) -> AgentRun: ...
+
+
+@runtime_checkable
+class MountsAgent(Protocol):
+    """An agent with host trees to bind read-only into the sandbox (a CLI prepared on the host);
+    `mounts` may prepare them, once per host."""
+
+    def mounts(self) -> tuple[ReadOnlyMount, ...]: ...
+
+
+@runtime_checkable
+class SetupAgent(Protocol):
+    """An agent with an install phase of its own (`agent_setup`), under the trial's limits."""
+
+    setup_timeout_s: float
+
+    def setup(
+        self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path
+    ) -> AgentSetup | None: ...
 
 
 class AgentOptions(BaseModel):

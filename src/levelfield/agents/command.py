@@ -195,6 +195,10 @@ class CommandAgent:
             )
 
     @property
+    def setup_timeout_s(self) -> float:
+        return self.options.setup_timeout_s
+
+    @property
     def is_mounted(self) -> bool:
         return self.options.install_mode == "mounted" and self.preset is not None
 

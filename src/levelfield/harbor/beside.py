@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from levelfield import errors
-from levelfield.harbor.record import RECORD_DIR, EnvironmentRecord, read_record
+from levelfield.harbor.record import RECORD_DIR, read_record
 from levelfield.harbor.trial_file import HarborTrial
-from levelfield.outcome import REASON_OF_ERROR, PhaseLog, classify, outcome_of
-from levelfield.records import KILLED_CAUSE_UNKNOWN, Reason
+from levelfield.outcome import Imported, PhaseLog, decide, outcome_of
+from levelfield.records import KILLED_CAUSE_UNKNOWN, TrialRecord
 
 KILLED_NOTE = KILLED_CAUSE_UNKNOWN
 SIGKILL_EXIT = 137
@@ -38,7 +37,7 @@ _KILLED_LINE = re.compile(r"^.*\bKilled\b.*$", re.MULTILINE)
 class Beside:
     """What a trial folder holds beside result.json; all None/empty on a bare folder."""
 
-    record: EnvironmentRecord | None = None
+    record: TrialRecord | None = None
     record_problem: str | None = None
     agent_exit_code: int | None = None
     killed_line: str | None = None  # the agent log's line that reports a kill
@@ -94,32 +93,21 @@ def _killed_line(agent_dir: str) -> str | None:
     return None
 
 
-def levelfield_reason(exception_type: str | None) -> Reason | None:
-    """The reason of a levelfield exception stored by name in Harbor's exception_info."""
-    cls = getattr(errors, exception_type or "", None)
-    if isinstance(cls, type) and issubclass(cls, errors.LevelfieldError):
-        for klass in cls.__mro__:
-            if klass in REASON_OF_ERROR:
-                return REASON_OF_ERROR[klass]
-    return None
-
-
 def with_beside(
-    fields: dict[str, Any], beside: Beside, exception_type: str | None, reward: float | None
+    fields: dict[str, Any], beside: Beside, imported: Imported, reward: float | None
 ) -> dict[str, Any]:
-    """The record's fields (importing._record) with what lay beside result.json added."""
+    """The record's fields (importing._record) with what lay beside result.json added. Without
+    a record the verdict is the import's already (a levelfield exception whose record was lost
+    is decided by its class there too); beside it lie only words."""
     if beside.record is not None:
-        return _with_record(fields, beside.record, exception_type, reward)
+        return _with_record(fields, beside.record, imported, reward)
     notes = list(_notes(fields))
     if beside.record_problem:
         notes.append(beside.record_problem)
-    reason = levelfield_reason(exception_type)
-    if reason is not None:  # a levelfield exception whose record was lost: its class decides
-        fields = {**fields, "reason": reason, "outcome": outcome_of(reason)}
     killed = beside.agent_exit_code == SIGKILL_EXIT or beside.killed_line is not None
-    if killed and exception_type is None:
+    if killed and imported.exception_type is None:
         notes.append(_killed_note(beside))
-    if reason is None and len(notes) == len(tuple(_notes(fields))):
+    if len(notes) == len(tuple(_notes(fields))):
         return fields  # nothing beside it to add: keep the import's shared evidence
     return {**fields, "evidence": {"notes": tuple(notes)}}
 
@@ -144,21 +132,18 @@ def _killed_note(beside: Beside) -> str:
 
 def _with_record(
     fields: dict[str, Any],
-    record: EnvironmentRecord,
-    exception_type: str | None,
+    record: TrialRecord,
+    imported: Imported,
     reward: float | None,
 ) -> dict[str, Any]:
-    """Classified as a native trial: the kernel's counters first, then the exception (a
-    levelfield one by its class, Harbor's by the import's table), then the reward."""
-    error = _error_of(exception_type)
+    """Decided as a native trial, by the one verdict function: the kernel's counters first,
+    then the exception (a levelfield one by its class, Harbor's by the table beside the
+    outcome table), then the reward."""
     log = PhaseLog(
-        evidence=record.evidence, reward=reward, error=error, tampered=record.grader_tampered
-    )
-    reason = classify(log)
-    if error is None and exception_type is not None and reason in (
-        Reason.TESTS_PASSED, Reason.TESTS_FAILED, Reason.VERIFIER_ERROR,
-    ):  # fmt: skip
-        reason = fields["reason"]  # no ceiling was hit: Harbor's exception keeps its verdict
+        evidence=record.evidence, reward=reward, imported=imported,
+        tampered=record.evidence.tampered,
+    )  # fmt: skip
+    reason = decide(log).reason
     notes = (
         f"ran on levelfield's Harbor environment ({record.backend}, policy {record.policy}): "
         "kernel evidence from levelfield/record.json",
@@ -176,14 +161,3 @@ def _with_record(
         "telemetry": record.telemetry.model_dump(),
         "image": record.image.model_dump() if record.image else None,
     }
-
-
-def _error_of(exception_type: str | None) -> BaseException | None:
-    """A levelfield exception rebuilt by name, so that `classify` maps it by its class."""
-    cls = getattr(errors, exception_type or "", None)
-    if isinstance(cls, type) and issubclass(cls, errors.LevelfieldError):
-        try:
-            return cls("as stored by Harbor")
-        except TypeError:  # CeilingHit and its kind take the evidence too
-            return cls("as stored by Harbor", evidence="")
-    return None

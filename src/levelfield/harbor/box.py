@@ -55,7 +55,7 @@ class HarborBox(HostedSandbox):
     def stop(self, reward: float | None) -> CeilingHit | None:
         """Close the sandbox and write the record. Returns the ceiling hit to raise when one
         was survived by its exec but the trial did not pass (`reward` below 1 or none)."""
-        return self.close(passed=reward is not None and reward >= 1.0)
+        return self.close(passed=reward is not None and reward >= 1.0, reward=reward)
 
     def exec(self, call: ExecCall, number: int | None = None) -> tuple[str, int]:
         """(output, exit code), stdout and stderr merged as Harbor's docker environment does.

@@ -44,6 +44,7 @@ from levelfield.harbor.trial_file import (
     read_trial,
     seconds_between,
 )
+from levelfield.outcome import Imported
 from levelfield.plan import trial_key
 from levelfield.records import Outcome, Reason, TrialRecord
 from levelfield.store import Row, Store, row_of
@@ -304,7 +305,10 @@ def _with_beside(trial: HarborTrial, fields: dict[str, Any]) -> dict[str, Any]:
     """The same dict when nothing beside result.json changes the record."""
     if trial.beside is None:
         return fields
-    return with_beside(fields, trial.beside, trial.facts["exception_type"], trial.reward)
+    imported = Imported(
+        trial.facts["exception_type"], trial.facts["exception_message"], trial.reward_problem
+    )
+    return with_beside(fields, trial.beside, imported, trial.reward)
 
 
 def _fields(

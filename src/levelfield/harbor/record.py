@@ -1,5 +1,5 @@
 """What levelfield's Harbor environment writes beside Harbor's `result.json`, at
-`<trial>/levelfield/record.json`: the hosted sandbox's record (`hosted/record.py`)."""
+`<trial>/levelfield/record.json`: the hosted sandbox's `TrialRecord` (`hosted/record.py`)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,11 @@ from levelfield.hosted.record import (
     RECORD_DIR,
     RECORD_FILE,
     CeilingHitNote,
-    EnvironmentRecord,
     read_record,
     record_path,
 )
 
 __all__ = [
-    "RECORD_DIR", "RECORD_FILE", "CeilingHitNote", "EnvironmentRecord", "read_record",
+    "RECORD_DIR", "RECORD_FILE", "CeilingHitNote", "read_record",
     "record_path",
 ]  # fmt: skip

@@ -17,11 +17,12 @@ from levelfield.errors import (
     LevelfieldPidsExhausted,
     LevelfieldStorageExhausted,
 )
+from levelfield.outcome import ENOSPC_TEXT, PhaseLog, decide
 from levelfield.policy import Limits
-from levelfield.records import Evidence, PhaseResult
-from levelfield.runner import ENOSPC_TEXT
+from levelfield.records import Evidence, PhaseResult, Reason
 
 _MIB = 1024 * 1024
+OUTPUT_TAIL_CHARS = 4000  # of an exec's output, where its words are read
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,27 +84,40 @@ def split_stderr(output: str, marker: str) -> tuple[str, str]:
 def ceiling_hit(
     before: Evidence, after: Evidence, limits: Limits, result: PhaseResult, output: str
 ) -> CeilingHit | None:
-    """The ceiling whose kernel counter grew between `before` and `after`, if any."""
+    """The ceiling the kernel enforced during one exec, decided by the one verdict function
+    (`outcome.decide`) on what the exec changed of the counters, as a native trial's would be:
+    "No space left on device" in the output is a full disk only where the disk shows it."""
+    grown = after.model_copy(
+        update={
+            "oom_kills": after.oom_kills - before.oom_kills,
+            "outside_oom_kills": max(0, after.outside_oom_kills - before.outside_oom_kills),
+            "pids_max_hits": after.pids_max_hits - before.pids_max_hits,
+            "storage_full": after.storage_full and not before.storage_full,
+            "host_disk_full": False,
+            "notes": (),
+        }
+    )
+    phase = result.model_copy(update={"output_tail": output[-OUTPUT_TAIL_CHARS:]})
+    decision = decide(PhaseLog(agent=phase, evidence=grown))
     exit_text = "timed out" if result.timed_out else f"exit {result.exit_code}"
-    if after.oom_kills > before.oom_kills:
+    if grown.oom_kills > 0 and decision.reason in (Reason.OOM_KILLED, Reason.HOST_PRESSURE):
         ceiling = limits.memory_ceiling_bytes
         what = f"memory ceiling {_mib(ceiling)} MiB hit" if ceiling else "OOM kill, no ceiling"
         peak_bytes = after.memory_peak_bytes
         peak = f", memory peak {_mib(peak_bytes)} MiB" if peak_bytes else ""
         return LevelfieldOOMKilled(
             what,
-            evidence=f"oom_kill={after.oom_kills - before.oom_kills} ({exit_text}{peak}; spec "
+            evidence=f"oom_kill={grown.oom_kills} ({exit_text}{peak}; spec "
             f"{_mib(limits.memory_spec_bytes)} MiB, policy {limits.policy})",
         )
-    if after.pids_max_hits > before.pids_max_hits:
+    if decision.reason is Reason.PIDS_EXHAUSTED:
         return LevelfieldPidsExhausted(
             f"pids ceiling {limits.pids_max} hit",
-            evidence=f"pids.events max={after.pids_max_hits - before.pids_max_hits} ({exit_text})",
+            evidence=f"pids.events max={grown.pids_max_hits} ({exit_text})",
         )
     ceiling = limits.storage_ceiling_bytes
-    filled = after.storage_full and not before.storage_full
-    if ceiling is not None and (filled or ENOSPC_TEXT in output):
-        how = "disk full" if filled else f"'{ENOSPC_TEXT}' in the output"
+    if decision.reason is Reason.STORAGE_EXHAUSTED and ceiling is not None:
+        how = "disk full" if grown.storage_full else f"'{ENOSPC_TEXT}', and the disk filled"
         return LevelfieldStorageExhausted(
             f"storage ceiling {_mib(ceiling)} MiB hit",
             evidence=f"{how} ({exit_text}; policy {limits.policy})",

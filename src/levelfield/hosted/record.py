@@ -1,10 +1,12 @@
-"""What a hosted sandbox writes beside the other harness's result: the trial's limits, kernel
-evidence, telemetry and host context, as `record.json` in its record folder (Harbor:
-`<trial>/levelfield/record.json`, beside result.json; Inspect: beside the eval log).
+"""Where a hosted sandbox keeps its record beside the other harness's result, and how it is read
+back: the one record type every trial has, a `TrialRecord` (`lifecycle.py` writes it), as
+`record.json` in its record folder (Harbor: `<trial>/levelfield/record.json`, beside result.json;
+Inspect: beside the eval log).
 
-The harness's result keeps the reward and the exception; this record keeps what it has no field
-for, so that `levelfield import` can classify the trial as a native run would. Schema rule as in
-`records.py`: no version means 1, an unknown version is refused rather than misread.
+The harness's result keeps the reward and the exception; the record keeps what it has no field
+for (limits, kernel evidence, telemetry, host context, the ceiling hits per exec), so that
+`levelfield import` decides the trial as a native run would. Records written before there was one
+record type (`EnvironmentRecord`, same schema rule: no version means 1) are read and upgraded.
 """
 
 from __future__ import annotations
@@ -14,28 +16,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from levelfield.records import Evidence, ImageRecord, Telemetry
+from levelfield.outcome import PhaseLog, decide
+from levelfield.records import CeilingHitNote, Evidence, ImageRecord, Telemetry, TrialRecord
 
 RECORD_DIR = "levelfield"  # beside result.json, in Harbor's trial directory
 RECORD_FILE = "record.json"  # in the record folder a hosted sandbox is given
 
 
-class CeilingHitNote(BaseModel):
-    """A ceiling the kernel enforced during one exec, and what the environment did about it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    exception: str = Field(description="The levelfield exception type, e.g. LevelfieldOOMKilled.")
-    message: str
-    command: str = Field(description="The exec's command, shortened and with secrets masked.")
-    exit_code: int | None
-    raised: bool = Field(
-        description="Raised from the exec (it failed), or from stop() when the trial did not "
-        "pass; false when the agent recovered and the trial passed."
-    )
-
-
 class EnvironmentRecord(BaseModel):
-    """One trial of another harness as levelfield's sandbox saw it."""
+    """A hosted trial's record as written before there was one record type: read, upgraded."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     schema_version: Literal[1] = 1
@@ -69,12 +58,44 @@ def record_path(trial_dir: Path) -> Path:
     return Path(trial_dir) / RECORD_DIR / RECORD_FILE
 
 
-def read_record(trial_dir: Path) -> EnvironmentRecord | None:
+def read_record(trial_dir: Path) -> TrialRecord | None:
     """None when the Harbor trial ran on another environment (no levelfield record beside it)."""
     return read_record_file(record_path(trial_dir))
 
 
-def read_record_file(path: Path) -> EnvironmentRecord | None:
+def read_record_file(path: Path) -> TrialRecord | None:
     if not path.is_file():
         return None
-    return EnvironmentRecord.model_validate_json(path.read_text())
+    text = path.read_text()
+    if '"trial_key"' in text:
+        return TrialRecord.model_validate_json(text)
+    return upgrade(EnvironmentRecord.model_validate_json(text))
+
+
+def upgrade(old: EnvironmentRecord) -> TrialRecord:
+    """An `EnvironmentRecord` as the one record type; its verdict decided from what it holds."""
+    evidence = old.evidence.model_copy(update={"tampered": old.grader_tampered})
+    decision = decide(PhaseLog(evidence=evidence, tampered=old.grader_tampered))
+    return TrialRecord(
+        trial_key=old.trial_name,
+        run_id="",
+        task=old.task,
+        agent="hosted",
+        policy=old.policy,
+        repeat=1,
+        backend=old.backend,
+        outcome=decision.outcome,
+        reason=decision.reason,
+        limits=old.limits,
+        evidence=evidence,
+        telemetry=old.telemetry,
+        image=old.image,
+        started_at=old.started_at,
+        finished_at=old.finished_at,
+        duration_s=old.duration_s,
+        spec=old.spec,
+        policy_bounds=old.policy_bounds,
+        enforcement=old.enforcement,
+        ceiling_hits=old.ceiling_hits,
+        execs=old.execs,
+    )

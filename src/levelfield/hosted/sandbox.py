@@ -24,23 +24,22 @@ import json
 import os
 import secrets
 import threading
-import time
-from contextlib import ExitStack
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 from levelfield.errors import CeilingHit, SandboxError
 from levelfield.hosted import leftovers
 from levelfield.hosted.commands import ExecCall, ceiling_hit, shell_command
-from levelfield.hosted.record import RECORD_FILE, CeilingHitNote, EnvironmentRecord
+from levelfield.hosted.record import CeilingHitNote
+from levelfield.lifecycle import TrialLife
 from levelfield.masking import Masker, known_secrets
+from levelfield.outcome import PhaseLog, decide
 from levelfield.policy import Limits, Policy, apply_policy
-from levelfield.records import Evidence, PhaseResult, Telemetry
+from levelfield.records import Evidence, PhaseResult, TrialRecord
 from levelfield.sandbox import BackendOptions, Sandbox, _tree, get_backend, grader
 from levelfield.sandbox.auto import route_task
 from levelfield.tasks import Task
-from levelfield.telemetry import Sampler, TrialWatch, host_context
+from levelfield.telemetry import host_context
 
 # A harness's exec may take no timeout to mean none; the sandbox needs a number. A week.
 NO_TIMEOUT_S = 7 * 24 * 3600.0
@@ -100,19 +99,14 @@ class HostedSandbox:
         self.masker: Masker = known_secrets()
         self.ended_by: CeilingHit | None = None  # the first hit raised: the trial ended there
         self._box: Sandbox | None = None
-        self._stack = ExitStack()
-        self._watch = TrialWatch()
-        self._sampler: Sampler | None = None
+        self._life: TrialLife | None = None
         self._numbers = itertools.count(1)
         self._pid_files: dict[int, PurePosixPath] = {}
         self._lock = threading.Lock()
         self._hits: list[CeilingHitNote] = []
         self._unraised: list[CeilingHit] = []
         self._execs = 0
-        self._phase_s: dict[str, float] = {}
-        self._phase, self._phase_t = "start", time.monotonic()
         self._host = host_context(1)
-        self._started = datetime.now(UTC)
         self._enforcement = ""
         self._grader: grader.Grader | None = None
         self._grading = False  # the harness's grader has begun (apart, or in the sandbox)
@@ -129,38 +123,29 @@ class HostedSandbox:
         )
         leftovers.reap_dead_runs(backend, self.hosting.run_prefix)
         self._enforcement = backend.enforcement().describe()
-        box = backend.start(
-            self.task, self.limits, trial_id=self.hosting.trial_name, trial_dir=self.dir
+        life = TrialLife(
+            self.task,
+            self.limits,
+            trial_id=self.hosting.trial_name,
+            trial_dir=self.dir,
+            secrets=self.masker,
         )
-        self._box = box
-        try:
-            self._sampler = self._stack.enter_context(Sampler(box))
-            self._stack.enter_context(self._watch.begin(box))
-        except BaseException:
-            self._stack.close()
-            box.close()
-            raise
+        self._box, self._life = life.start(backend), life
         self.mark("agent")
 
-    def close(self, passed: bool) -> CeilingHit | None:
-        """Close the sandbox and write the record. Returns the ceiling hit to raise when one
-        was survived by its exec but the trial did not pass."""
-        box, self._box = self._box, None
-        if box is None:
+    def close(self, passed: bool, reward: float | None = None) -> CeilingHit | None:
+        """Close the sandbox and write the record (`reward`: the grader's, when the harness
+        says it). Returns the ceiling hit to raise when one was survived by its exec but the
+        trial did not pass."""
+        life, box, self._box = self._life, self._box, None
+        if box is None or life is None:
             return None
         self.mark("done")
-        try:
-            evidence = box.evidence()  # the counters vanish with the cgroup
-            self._watch.finish()
-        finally:
-            self._stack.close()
-            self._close_grader()
-            box.close()
-        evidence = self._with_grader_evidence(evidence)
+        evidence = self._with_grader_evidence(life.end(lambda box: self._close_grader()))
         late = None if passed else self.survived()
         if late is not None:
             self.note_raised(late)
-        self._write_record(box, evidence)
+        self._write_record(life, box, evidence, passed, reward)
         with contextlib.suppress(OSError):
             (self.dir / "exec").rmdir()  # each exec's log is read and removed; keep no husk
         return late
@@ -273,7 +258,11 @@ class HostedSandbox:
         found = self._found
         notes = found.notes if found.apart or not self._grading else (grader.IN_SANDBOX,)
         return evidence.model_copy(
-            update={"notes": (*evidence.notes, *notes), "left_running": found.left_running}
+            update={
+                "notes": (*evidence.notes, *notes),
+                "left_running": found.left_running,
+                "tampered": found.tampered,
+            }
         )
 
     # -- internals --------------------------------------------------------------------------
@@ -296,18 +285,12 @@ class HostedSandbox:
             return self._pid_files[number]
 
     def mark(self, phase: str) -> None:
-        with self._lock:
-            now = time.monotonic()
-            if phase == self._phase:
-                return
-            self._phase_s[self._phase] = round(now - self._phase_t, 3)
-            self._phase, self._phase_t = phase, now
-        if phase != "done":
-            self._watch.mark(phase)
+        if self._life is not None:
+            self._life.mark(phase)
 
     @property
     def phase(self) -> str:
-        return self._phase
+        return self._life.phase if self._life is not None else "start"
 
     def _note(
         self,
@@ -320,7 +303,7 @@ class HostedSandbox:
         command = self.masker.text(call.command)[:COMMAND_CHARS]
         line = {
             "exec": number,
-            "phase": self._phase,
+            "phase": self.phase,
             "command": command,
             "exit_code": result.exit_code,
             "timed_out": result.timed_out,
@@ -345,36 +328,51 @@ class HostedSandbox:
                 else:
                     self._unraised.append(hit)
 
-    def _write_record(self, box: Sandbox, evidence: Evidence) -> None:
-        notes = tuple(f"{h.exception}: {h.message} (raised: {h.raised})" for h in self._hits)
-        telemetry = Telemetry(
-            host=self._host,
-            samples=tuple(self._sampler.samples if self._sampler else ()),
-            phase_s=dict(self._phase_s),
-            sample_every_s=self._sampler.every_s if self._sampler else 0.0,
+    def _write_record(
+        self,
+        life: TrialLife,
+        box: Sandbox,
+        evidence: Evidence,
+        passed: bool,
+        reward: float | None,
+    ) -> None:
+        """The one record type, decided as a native trial is from what the sandbox saw: the
+        harness's reward when it said it, the ceiling hit that ended the trial. An import
+        decides again with what the harness stored beside it (its exception)."""
+        hits = tuple(f"{h.exception}: {h.message} (raised: {h.raised})" for h in self._hits)
+        evidence = evidence.model_copy(update={"notes": (*evidence.notes, *hits)})
+        reward = reward if reward is not None else (1.0 if passed else None)
+        log = PhaseLog(
+            evidence=evidence, reward=reward, error=self.ended_by, tampered=evidence.tampered
         )
-        finished = datetime.now(UTC)
-        record = EnvironmentRecord(
-            trial_name=self.hosting.trial_name,
+        decision = decide(log)
+        started, finished, duration_s = life.elapsed()
+        record = TrialRecord(
+            trial_key=self.hosting.trial_name,
+            run_id=self.run_id,
             task=self.task.name,
+            agent=self.hosting.run_prefix.rstrip("-") or "hosted",
             policy=self.policy.name,
-            policy_bounds=self.policy.describe(),
-            spec=asdict(self.task.spec),
-            limits=asdict(self.limits),
+            repeat=1,
             backend=self.backend_name,
-            enforcement=self._enforcement,
-            evidence=evidence.model_copy(update={"notes": (*evidence.notes, *notes)}),
-            telemetry=self._watch.add_to(telemetry),
-            ceiling_hits=tuple(self._hits),
-            grader_tampered=self._found.tampered,
-            execs=self._execs,
+            outcome=decision.outcome,
+            reason=decision.reason,
+            reward=reward,
+            error=f"{type(self.ended_by).__name__}: {self.ended_by}" if self.ended_by else None,
+            limits=asdict(self.limits),
+            evidence=decision.evidence or evidence,
+            telemetry=life.telemetry(self._host),
             image=box.image,
-            started_at=self._started.isoformat(timespec="milliseconds"),
-            finished_at=finished.isoformat(timespec="milliseconds"),
-            duration_s=round((finished - self._started).total_seconds(), 3),
+            started_at=started,
+            finished_at=finished,
+            duration_s=duration_s,
+            spec=asdict(self.task.spec),
+            policy_bounds=self.policy.describe(),
+            enforcement=self._enforcement,
+            ceiling_hits=tuple(self._hits),
+            execs=self._execs,
         )
-        path = self.dir / RECORD_FILE
-        path.write_text(self.masker.record(record).model_dump_json(indent=2))
+        life.write(record, self.dir)
 
 
 def _read_and_remove(log: Path) -> str:

@@ -26,11 +26,10 @@ from typing import Any
 from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 from inspect_ai.scorer import value_to_float
 
-from levelfield import errors
 from levelfield.errors import InputError
-from levelfield.hosted.record import EnvironmentRecord, read_record_file
+from levelfield.hosted.record import read_record_file
 from levelfield.inspect.config import record_folder_name
-from levelfield.outcome import PhaseLog, classify, outcome_of
+from levelfield.outcome import PhaseLog, decide, levelfield_error, outcome_of
 from levelfield.plan import trial_key
 from levelfield.records import Evidence, Reason, TrialRecord
 from levelfield.store import Store, row_of
@@ -135,26 +134,24 @@ def _record(path: Path, log: EvalLog, sample: EvalSample, agent: str, beside: Pa
     )
 
 
-def _reason(record: EnvironmentRecord | None, error: str | None, reward: float | None) -> Reason:
+def _reason(record: TrialRecord | None, error: str | None, reward: float | None) -> Reason:
     """As a native trial: kernel evidence, then the error by its class (any error that is not
     levelfield's is the harness's), then the reward."""
     exc = _error_of(error)
     evidence = record.evidence if record is not None else None
-    return classify(PhaseLog(evidence=evidence, reward=reward, error=exc))
+    tampered = record.evidence.tampered if record is not None else ()
+    log = PhaseLog(evidence=evidence, reward=reward, error=exc, tampered=tampered)
+    return decide(log).reason
 
 
 def _error_of(message: str | None) -> BaseException | None:
-    """A levelfield exception rebuilt from Inspect's `Type: message`, so that `classify` maps
-    it by its class; any other error as a plain RuntimeError (a harness error)."""
+    """A levelfield exception rebuilt from Inspect's `Type: message`, so that its class decides;
+    any other error as a plain RuntimeError (Inspect's own errors are the harness's)."""
     if message is None:
         return None
     found = _TYPE.match(message)
-    cls = getattr(errors, found.group(1), None) if found else None
-    if isinstance(cls, type) and issubclass(cls, errors.CeilingHit):
-        return cls(message, evidence="")
-    if isinstance(cls, type) and issubclass(cls, errors.LevelfieldError):
-        return cls(message)
-    return RuntimeError(message)
+    rebuilt = levelfield_error(found.group(1)) if found else None
+    return rebuilt if rebuilt is not None else RuntimeError(message)
 
 
 def _reward(sample: EvalSample) -> float | None:
@@ -165,7 +162,7 @@ def _reward(sample: EvalSample) -> float | None:
     return float(value_to_float()(score.value))
 
 
-def _evidence(record: EnvironmentRecord | None, notes: list[str]) -> Evidence:
+def _evidence(record: TrialRecord | None, notes: list[str]) -> Evidence:
     if record is None:
         return Evidence(notes=("ran in Inspect's own sandbox: no kernel evidence", *notes))
     said = f"ran in levelfield's Inspect sandbox ({record.backend}, policy {record.policy})"
