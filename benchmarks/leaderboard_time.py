@@ -36,7 +36,7 @@ ARCHIVE = Path(__file__).resolve().parents[1] / ".." / "shared" / "tb2-leaderboa
 LEVELFIELD = [sys.executable, "-m", "levelfield"]
 IMPORTS = {
     "report": "import levelfield.cli.app, levelfield.analysis.summary, levelfield.report.terminal",
-    "leaderboard": "import levelfield.cli.app, levelfield.analysis.leaderboard, "
+    "leaderboard": "import levelfield.cli.app, levelfield.analysis.standings, "
     "levelfield.report.leaderboard",
 }
 

@@ -39,7 +39,7 @@ DESIGNS = (
 
 
 def measured_design(run_dir: Path) -> Design:
-    from levelfield.analysis.leaderboard import leaderboard
+    from levelfield.analysis.standings import leaderboard
     from levelfield.analysis.table import load_run
 
     board = leaderboard(load_run(run_dir).trials)

@@ -20,7 +20,7 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import NormalIndPower
 from typer.testing import CliRunner
 
-from levelfield.analysis.leaderboard import leaderboard, retry_se
+from levelfield.analysis.standings import leaderboard, retry_se
 from levelfield.analysis.power import detectable_gap, required_tasks
 from levelfield.analysis.simulate import simulate_trials
 from levelfield.analysis.table import RunData

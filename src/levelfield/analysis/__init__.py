@@ -12,18 +12,19 @@ Names load on first use: scipy and statsmodels take over a second to import, and
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from levelfield._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from levelfield.analysis.calibration import Calibration, CeilingCheck, calibrate
     from levelfield.analysis.decomposition import Decomposition
     from levelfield.analysis.estimators import Estimate, clustered_mean
     from levelfield.analysis.hidden import HiddenVariables, hidden_variables
-    from levelfield.analysis.leaderboard import leaderboard
     from levelfield.analysis.paired import Comparison, PairedComparison, compare
     from levelfield.analysis.power import PowerAnalysis, power_analysis
     from levelfield.analysis.sensitivity import TaskSensitivity, task_sensitivity
+    from levelfield.analysis.standings import leaderboard
     from levelfield.analysis.summary import ConfigSummary, Metric, RunSummary, summarize
 
 _HOME = {
@@ -35,7 +36,7 @@ _HOME = {
     "clustered_mean": "estimators",
     "HiddenVariables": "hidden",
     "hidden_variables": "hidden",
-    "leaderboard": "leaderboard",
+    "leaderboard": "standings",
     "Comparison": "paired",
     "PairedComparison": "paired",
     "compare": "paired",
@@ -72,11 +73,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_HOME])
+__getattr__, __dir__ = lazy_exports(__name__, _HOME, globals())

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -64,6 +64,13 @@ class VarianceComponents:
     total: float
     repeats: float
     n_tasks: int
+
+
+def clipped(estimate: Estimate) -> Estimate:
+    """The normal CI of a rate, clipped to [0, 1]: a rate cannot leave it, and a band reaching
+    below 0 (few infra errors) would only invite misreading."""
+    lo, hi = estimate.ci
+    return replace(estimate, ci=(max(0.0, lo), min(1.0, hi)))
 
 
 def z_value(level: float) -> float:

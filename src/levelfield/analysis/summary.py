@@ -26,6 +26,7 @@ from levelfield.analysis.estimators import (
     N_RESAMPLES,
     Estimate,
     bootstrap_means,
+    clipped,
     mean_of_tasks,
     percentile_ci,
     wilson_interval,
@@ -218,7 +219,7 @@ def _config(
     successes = (passed, passed, infra)
     metrics = [
         Metric(
-            _clip(mean_of_tasks(group[c].to_numpy(), level, trial_counts[i])),
+            clipped(mean_of_tasks(group[c].to_numpy(), level, trial_counts[i])),
             percentile_ci(boot[:, i], level),
             wilson_interval(successes[i], trial_counts[i], level),
         )
@@ -237,13 +238,6 @@ def _config(
         reasons=reasons,
         memory=memory,
     )
-
-
-def _clip(estimate: Estimate) -> Estimate:
-    """The normal CI of a rate, clipped to [0, 1]: a rate cannot leave it, and a band reaching
-    below 0 (few infra errors) would only invite misreading."""
-    lo, hi = estimate.ci
-    return replace(estimate, ci=(max(0.0, lo), min(1.0, hi)))
 
 
 def _reasons(

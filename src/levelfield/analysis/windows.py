@@ -25,7 +25,7 @@ import pandas as pd
 from scipy import stats
 
 from levelfield.analysis import _tidy
-from levelfield.analysis.estimators import Estimate, mean_of_tasks, wilson_interval
+from levelfield.analysis.estimators import Estimate, clipped, mean_of_tasks, wilson_interval
 from levelfield.analysis.paired import holm
 
 EXACT_MAX_ARRANGEMENTS = 50_000  # (k!)^n patterns; 3 windows × 6 tasks = 46 656
@@ -88,19 +88,16 @@ def _slots(lean: pd.DataFrame, key: np.ndarray, level: float, fmt: object) -> li
         out.append(
             Slot(
                 label=fmt(value),  # type: ignore[operator]
-                score=_clip(mean_of_tasks(per_task["passed"].to_numpy(float), level, n)),
+                score=clipped(mean_of_tasks(per_task["passed"].to_numpy(float), level, n)),
                 score_wilson=wilson_interval(passed, n, level),
-                infra_error_rate=_clip(mean_of_tasks(per_task["infra"].to_numpy(float), level, n)),
+                infra_error_rate=clipped(
+                    mean_of_tasks(per_task["infra"].to_numpy(float), level, n)
+                ),
                 infra_wilson=wilson_interval(infra, n, level),
                 n_trials=n,
             )
         )
     return out
-
-
-def _clip(e: Estimate) -> Estimate:
-    lo, hi = e.ci
-    return Estimate(e.mean, e.se, (max(0.0, lo), min(1.0, hi)), e.n_tasks, e.n_trials)
 
 
 def window_tests(trials: pd.DataFrame, *, seed: int = 0) -> tuple[WindowTest, ...]:

@@ -148,7 +148,7 @@ def leaderboard(
     task-clustered CI, the paired gap to the next and to #1 (Holm), simultaneous confidence
     sets for the ranks, tiers, and the smallest gap the design can detect. Deterministic: no
     seed, nothing drawn at random."""
-    from levelfield.analysis.leaderboard import leaderboard as rank_entries
+    from levelfield.analysis.standings import leaderboard as rank_entries
     from levelfield.report.leaderboard import render_json, render_markdown, show_leaderboard
 
     data = load_run_dir(run_dir)

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from levelfield.analysis import _json
-from levelfield.analysis.leaderboard import Entry, Gap, Leaderboard
+from levelfield.analysis.standings import Entry, Gap, Leaderboard
 from levelfield.report import _format as f
 
 HEADER = (

@@ -15,7 +15,7 @@ import html
 import numpy as np
 
 from levelfield.analysis.estimators import z_value
-from levelfield.analysis.leaderboard import Leaderboard
+from levelfield.analysis.standings import Leaderboard
 from levelfield.report import _figures
 from levelfield.report import _format as f
 from levelfield.report.html import markdown_html, page

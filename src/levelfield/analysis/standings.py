@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from levelfield.analysis import _tidy
-from levelfield.analysis.estimators import Estimate, mean_of_tasks
+from levelfield.analysis.estimators import Estimate, clipped, mean_of_tasks
 from levelfield.analysis.paired import PairedComparison, TaskMatrix, compare_pairs, holm
 from levelfield.analysis.power import detectable_gap, paired_variances
 from levelfield.analysis.ranks import RankSets, rank_sets, ranks_of
@@ -253,9 +253,9 @@ def _entries(
             Entry(
                 label=label,
                 rank=ranks.rank[j],
-                score=_clip(mean_of_tasks(group["score"].to_numpy(), level, n)),
+                score=clipped(mean_of_tasks(group["score"].to_numpy(), level, n)),
                 retry_se=retry_se(group["score"].to_numpy(), group["n_trials"].to_numpy()),
-                clean_score=_clip(clean[label]),
+                clean_score=clipped(clean[label]),
                 clean_rank=clean_rank[label],
                 infra_error_rate=float(group["infra_rate"].mean()),
                 infra_by_kind=kinds.get(label, {}),
@@ -414,6 +414,3 @@ def _unpaired(scores: TaskMatrix) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _clip(estimate: Estimate) -> Estimate:
-    lo, hi = estimate.ci
-    return replace(estimate, ci=(max(0.0, lo), min(1.0, hi)))
