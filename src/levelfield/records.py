@@ -20,6 +20,9 @@ KILLED_CAUSE_UNKNOWN = "killed, cause unknown"
 UNCLASSIFIED = "unclassified exception"
 
 
+DEFAULT_WINDOW = "default"  # the time window of a run that names none
+
+
 class Outcome(StrEnum):
     PASSED = "passed"
     FAILED = "failed"
@@ -374,7 +377,7 @@ class TrialRecord(_Frozen):
     agent: str
     policy: str
     repeat: int
-    window: str = "default"
+    window: str = DEFAULT_WINDOW
     attempt: int = 1
     concurrency: int = Field(1, description="Trials the executor allowed in flight at once.")
     backend: str

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from levelfield.analysis import compare, summarize
-from levelfield.analysis._json import dumps
 from levelfield.analysis.decomposition import split
 from levelfield.analysis.estimators import bootstrap_means, clustered_mean, percentile_ci
+from levelfield.analysis.jsonable import dumps
 from levelfield.analysis.paired import holm
 from levelfield.analysis.simulate import simulate_trials
 

@@ -9,6 +9,7 @@ names modules as strings (`sandbox._BACKENDS`, `agents._AGENTS`) is not an impor
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,3 +121,70 @@ def test_no_module_is_over_600_lines() -> None:
 def test_the_top_level_holds_at_most_24_modules() -> None:
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+
+
+@functools.cache
+def packages() -> tuple[str, ...]:
+    return tuple(sorted(name for name, path in modules().items() if path.name == "__init__.py"))
+
+
+def family(module: str) -> str:
+    """`levelfield.sandbox._tree` → `levelfield.sandbox`: the folder a module lives in under the
+    package (its family; a folder's own `__init__` is of it too), or the package itself for a
+    top-level module."""
+    parts = module.split(".")
+    folder = ".".join(parts[:2])
+    return folder if len(parts) > 2 or folder in packages() else parts[0]
+
+
+def is_private(module: str) -> bool:
+    return any(part.startswith("_") and part != "__init__" for part in module.split(".")[1:])
+
+
+def foreign_private_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a private module (an `_` in its path) from outside its family. A top-level
+    private module (`levelfield._lazy`) is the package's own, shared by every family."""
+    found = []
+    for importer, targets in graph.items():
+        for target in targets:
+            owner = family(target)
+            if is_private(target) and owner != "levelfield" and family(importer) != owner:
+                found.append(f"{importer} → {target}")
+    return sorted(found)
+
+
+def test_no_family_reaches_into_another_family_s_private_modules() -> None:
+    assert foreign_private_imports(import_graph()) == []
+
+
+def test_the_private_import_check_sees_one() -> None:
+    graph = {
+        "levelfield.verifier": {"levelfield.sandbox._tree"},
+        "levelfield.sandbox.process": {"levelfield.sandbox._tree"},
+        "levelfield.analysis.estimators": {"levelfield._lazy"},
+    }
+    assert foreign_private_imports(graph) == ["levelfield.verifier → levelfield.sandbox._tree"]
+
+
+
+
+def test_a_public_name_is_the_same_object_however_it_is_reached() -> None:
+    """A package's exported name is not shadowed by a submodule of the same name once that is
+    imported (`analysis.leaderboard` was the function, then the module on a second access)."""
+    import importlib
+
+    differ = []
+    for name in packages():
+        package = importlib.import_module(name)
+        exported = list(getattr(package, "__all__", ()))
+        before = {n: getattr(package, n) for n in exported}
+        for module in modules():
+            if module.endswith(".__main__"):
+                continue  # running it is the CLI
+            if module.startswith(f"{name}.") and module.count(".") == name.count(".") + 1:
+                try:
+                    importlib.import_module(module)
+                except ImportError:  # an optional extra (Harbor, Inspect, Ray) not installed
+                    continue
+        differ += [f"{name}.{n}" for n in exported if getattr(package, n) is not before[n]]
+    assert differ == []

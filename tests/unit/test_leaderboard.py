@@ -20,9 +20,9 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import NormalIndPower
 from typer.testing import CliRunner
 
-from levelfield.analysis.standings import leaderboard, retry_se
 from levelfield.analysis.power import detectable_gap, required_tasks
 from levelfield.analysis.simulate import simulate_trials
+from levelfield.analysis.standings import leaderboard, retry_se
 from levelfield.analysis.table import RunData
 from levelfield.cli.analysis import register
 from levelfield.report.leaderboard import findings, render_json, render_markdown, show_leaderboard

@@ -16,10 +16,11 @@ import math
 import numpy as np
 import pandas as pd
 
+from levelfield.records import DEFAULT_WINDOW
+
 REQUIRED = ("task", "agent", "policy", "repeat", "status")
 STATUSES = frozenset({"passed", "failed", "infra_error"})
 IDENTITY = ("run", "agent", "policy", "window", "limits_disclosed")
-DEFAULT_WINDOW = "default"
 # Harness presets (DESIGN.md "policy"), used to order policies when no ceiling column says how.
 PRESET_RANK = {"strict": 0, "headroom": 1, "uncapped": 2}
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from levelfield.analysis import _json, _tidy
+from levelfield.analysis import _tidy, jsonable
 from levelfield.analysis.calibration import MARGIN, Calibration, calibrate_rates
 from levelfield.analysis.decomposition import Decomposition, decompose_policies
 from levelfield.analysis.estimators import (
@@ -108,7 +108,7 @@ class RunSummary:
     nodes: tuple[NodeHealth, ...] = ()  # health readings per node, far-off ones flagged
 
     def to_json(self) -> str:
-        return _json.dumps(self)
+        return jsonable.dumps(self)
 
 
 def summarize(

@@ -46,7 +46,7 @@ from levelfield.harbor.trial_file import (
 )
 from levelfield.outcome import Imported
 from levelfield.plan import trial_key
-from levelfield.records import Outcome, Reason, TrialRecord
+from levelfield.records import DEFAULT_WINDOW, Outcome, Reason, TrialRecord
 from levelfield.store import Row, Store, row_of
 
 IMPORTED_POLICY = "imported"
@@ -54,7 +54,6 @@ IMPORTED_POLICY = "imported"
 # values, and the one member compared is looked up once.
 _VALUE = {member: member.value for member in (*Outcome, *Reason)}
 _VERIFIER_TIMEOUT = Reason.VERIFIER_TIMEOUT
-DEFAULT_WINDOW = TrialRecord.model_fields["window"].default
 ENFORCEMENT = "unknown: imported from Harbor, whose sandboxes' limits were not recorded"
 
 

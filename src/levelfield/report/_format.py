@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from levelfield.analysis._tidy import DEFAULT_WINDOW
+from levelfield.records import DEFAULT_WINDOW
 
 if TYPE_CHECKING:  # annotations only: the leaderboard's report need not import the run's
     from levelfield.analysis.calibration import Calibration

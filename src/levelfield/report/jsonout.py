@@ -3,11 +3,11 @@ field for field. NaN (undefined) is null; an infinite ceiling (uncapped) is the 
 
 from __future__ import annotations
 
-from levelfield.analysis import _json
+from levelfield.analysis import jsonable
 from levelfield.analysis.paired import Comparison
 from levelfield.analysis.power import PowerAnalysis
 from levelfield.analysis.summary import RunSummary
 
 
 def render_json(result: RunSummary | Comparison | PowerAnalysis | tuple[Comparison, ...]) -> str:
-    return _json.dumps(result)
+    return jsonable.dumps(result)

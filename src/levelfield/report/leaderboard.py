@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from levelfield.analysis import _json
+from levelfield.analysis import jsonable
 from levelfield.analysis.standings import Entry, Gap, Leaderboard
 from levelfield.report import _format as f
 
@@ -34,7 +34,7 @@ HEADER = (
 
 
 def render_json(board: Leaderboard) -> str:
-    return _json.dumps(board)
+    return jsonable.dumps(board)
 
 
 def rows(board: Leaderboard) -> list[tuple[str, ...]]:

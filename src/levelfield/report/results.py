@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from rich.table import Table
 
 from levelfield._units import format_bytes
-from levelfield.analysis._json import to_jsonable
+from levelfield.analysis.jsonable import to_jsonable
 from levelfield.records import Outcome, TrialRecord
 
 STYLE_OF = {Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.INFRA_ERROR: "yellow"}
@@ -67,7 +67,7 @@ def _secs(value: float | None) -> str:
 
 def results_json(records: Iterable[TrialRecord]) -> str:
     """A JSON array, one object per trial: the full record, evidence and telemetry included.
-    Strict JSON, as analysis/_json.py: a NaN a record holds (a run stored before rewards were
+    Strict JSON, as analysis/jsonable.py: a NaN a record holds (a run stored before rewards were
     checked) is null, an infinity the string "inf", never a bare NaN token."""
     dumped = [to_jsonable(r.model_dump(mode="json")) for r in records]
     return json.dumps(dumped, indent=1, allow_nan=False)
