@@ -108,6 +108,7 @@ class Sandbox(Protocol):
 
     def observables(self) -> Observables: ...  # for the network meter and the health readings
     def network_namespace(self) -> Path | None: ...  # /proc/PID/ns/net, for the model proxy
+    def reaches_outside(self) -> bool: ...  # its sealed link out (_netns.py): the task has network
 
     def close(self) -> None: ...
 
