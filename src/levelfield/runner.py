@@ -8,7 +8,6 @@ the executor then discards the half-done trial, which reruns on resume.
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from levelfield.outcome import (
 from levelfield.plan import Trial
 from levelfield.policy import Limits
 from levelfield.records import AgentSetup, Evidence, HostContext, Telemetry, TrialRecord
-from levelfield.sandbox import Backend, Sandbox
+from levelfield.sandbox import Backend, Sandbox, _scrub, _walk
 from levelfield.tasks import Task
 from levelfield.telemetry import Sampler, TrialWatch, host_context
 from levelfield.verifier import run_verifier
@@ -101,7 +100,7 @@ def run_trial(
             finally:
                 log.evidence = box.evidence()  # the counters vanish with the cgroup
                 watch.finish()
-                skipped = box.collect_logs(trial_dir / "logs")
+                skipped = _collected(box, trial_dir / "logs")
                 log.notes += tuple(f"not copied from /logs: {entry}" for entry in skipped)
                 ctx.track(box, alive=False)
     except Exception as exc:  # a harness bug is recorded too; cancellation propagates
@@ -111,9 +110,17 @@ def run_trial(
     record = _record(trial, ctx, log, limits, host, sampler, phase_s, started, t0)
     record = record.model_copy(update={"telemetry": watch.add_to(record.telemetry)})
     record = masker.record(record)
-    masker.files(trial_dir)  # what the sandbox left under /logs, copied as it was
+    _scrub.mask_files(trial_dir, masker)  # what the sandbox left under /logs, copied as it was
     (trial_dir / "record.json").write_text(record.model_dump_json(indent=2))
     return record
+
+
+def _collected(box: Sandbox, dest: Path) -> tuple[str, ...]:
+    """What the agent left is evidence: a failure to collect it never decides the trial."""
+    try:
+        return box.collect_logs(dest)
+    except Exception as exc:  # any: the grader's verdict stands
+        return (f"the rest (collection stopped: {type(exc).__name__}: {exc})",)
 
 
 def trial_secrets(options: AgentOptions) -> Masker:
@@ -365,7 +372,7 @@ def _write_trajectory(
 def _fresh_dir(path: Path) -> Path:
     """A half-done attempt from a killed run is discarded (its mounts were reaped at start)."""
     if path.exists():
-        shutil.rmtree(path, ignore_errors=True)
+        _walk.remove_path(path)  # iterative: it may hold the agent's deepest folders
     path.mkdir(parents=True)
     return path
 
