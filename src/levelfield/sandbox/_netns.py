@@ -231,7 +231,12 @@ def _rules(net: TrialNetwork, verb: str) -> str:
 
 
 LINK_LOCAL = "169.254.0.0/16"  # the trial pool and the cloud metadata address
-REFUSED = "REJECT --reject-with icmp-admin-prohibited"  # said at once, not a timeout
+# Said at once, not left to time out: a TCP connection is reset, anything else gets an ICMP
+# error (which the kernel rate-limits, so TCP, the common case, is not left to it).
+REFUSED = (
+    ("-p tcp", "REJECT --reject-with tcp-reset"),
+    ("", "REJECT --reject-with icmp-admin-prohibited"),
+)
 
 
 def _filter_rules(net: TrialNetwork) -> list[tuple[str, str, str]]:
@@ -239,13 +244,17 @@ def _filter_rules(net: TrialNetwork) -> list[tuple[str, str, str]]:
     the default route and never to a link-local address, in only as an answer."""
     h = net.host_if
     return [
-        ("INPUT", f"-i {h}", REFUSED),
-        ("FORWARD", f"-i {h} -d {LINK_LOCAL}", REFUSED),
+        *_refused("INPUT", f"-i {h}"),
+        *_refused("FORWARD", f"-i {h} -d {LINK_LOCAL}"),
         *(("FORWARD", f"-i {h} -o {up}", "ACCEPT") for up in net.uplinks),
-        ("FORWARD", f"-i {h}", REFUSED),
+        *_refused("FORWARD", f"-i {h}"),
         ("FORWARD", f"-o {h} -m conntrack --ctstate ESTABLISHED,RELATED", "ACCEPT"),
         ("FORWARD", f"-o {h}", "DROP"),
     ]
+
+
+def _refused(chain: str, match: str) -> list[tuple[str, str, str]]:
+    return [(chain, f"{match} {protocol}".strip(), target) for protocol, target in REFUSED]
 
 
 def _unlink_script(name: str) -> str:

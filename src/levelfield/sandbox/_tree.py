@@ -82,25 +82,29 @@ def open_dir(root: Path, rel: PurePosixPath, *, create: bool = False, replace: b
     fd = os.open(root, _DIR_FLAGS)
     try:
         for part in _parts(rel):
-            try:
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not (create or replace):
-                    raise
-                os.mkdir(part, 0o755, dir_fd=fd)
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError:
-                if not replace:
-                    raise
-                remove_entry(fd, part)
-                os.mkdir(part, 0o755, dir_fd=fd)
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            child = open_dir_at(fd, part, create=create, replace=replace)
             os.close(fd)
             fd = child
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def open_dir_at(fd: int, part: str, *, create: bool = True, replace: bool = False) -> int:
+    """One step of `open_dir`: the directory `part` in `fd`, by the same rules."""
+    try:
+        return os.open(part, _DIR_FLAGS, dir_fd=fd)
+    except FileNotFoundError:
+        if not (create or replace):
+            raise
+        os.mkdir(part, 0o755, dir_fd=fd)
+    except OSError:
+        if not replace:
+            raise
+        remove_entry(fd, part)
+        os.mkdir(part, 0o755, dir_fd=fd)
+    return os.open(part, _DIR_FLAGS, dir_fd=fd)
 
 
 def read_entry(root: Path, rel: PurePosixPath, *, max_bytes: int) -> Entry:
