@@ -97,11 +97,11 @@ def relayed_environment(
     netns: Path | None, environ: Mapping[str, str] | None = None
 ) -> Iterator[dict[str, str]]:
     """The sandbox's network variables while the relays run: each proxy variable names a relay
-    on the sandbox's loopback (one relay per distinct upstream), NO_PROXY and the CA settings
-    pass as they are. Without a namespace to listen in, the sandbox gets no proxy at all."""
+    on the loopback of the namespace at `netns` (the sandbox's; None: the host's), one relay per
+    distinct upstream; NO_PROXY and the CA settings pass as they are."""
     env = os.environ if environ is None else environ
     passed = {k: env[k] for k in PASSED_ENV if k in env}
-    wanted = upstreams(env) if netns is not None else {}
+    wanted = upstreams(env)
     relays: dict[Upstream, Relay] = {}
     try:
         for upstream in wanted.values():

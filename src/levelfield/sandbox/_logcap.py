@@ -58,7 +58,7 @@ class LogCaps:
             kept = self._logs.setdefault(path, _Kept())
             left = max(0, self.max_bytes - kept.reserved)
             head = left // 2
-            tail = max(MIN_TAIL_BYTES, left - head)
+            tail = max(min(MIN_TAIL_BYTES, self.max_bytes // 2), left - head)
             kept.reserved += head + tail
         return CappedSink(self, path, head, tail)
 

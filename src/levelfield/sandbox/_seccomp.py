@@ -347,7 +347,8 @@ def filtered_argv(argv: Sequence[str], *, entering: bool = True) -> list[str]:
 
 def open_filter(*, entering: bool = False) -> int:
     """A descriptor of the compiled filter, for bubblewrap's `--seccomp FD` (pass it with
-    `pass_fds`; bubblewrap reads it to its end). The caller closes it."""
+    `pass_fds`). One per bubblewrap: it reads the descriptor to its end, so a second one given
+    the same descriptor finds nothing (EINVAL). The caller closes it."""
     return os.open(filter_path(entering=entering), os.O_RDONLY | os.O_CLOEXEC)
 
 

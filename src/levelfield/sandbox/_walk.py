@@ -58,7 +58,8 @@ def walk(top_fd: int) -> Iterator[tuple[str, os.stat_result, int, str]]:
             if level.next >= len(level.names):
                 levels.pop()
                 if levels:
-                    fd = _up(fd, levels[-1].ident)
+                    here, fd = fd, -1  # `_up` closes it, whatever it finds
+                    fd = _up(here, levels[-1].ident)
                 continue
             name = level.names[level.next]
             level.next += 1
@@ -74,7 +75,8 @@ def walk(top_fd: int) -> Iterator[tuple[str, os.stat_result, int, str]]:
                     fd = child
                     levels.append(_Level(_listing(fd), f"{level.rel}{name}/", _ident(fd)))
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
 
 
 def _down(fd: int, name: str, st: os.stat_result) -> int | None:
@@ -123,10 +125,12 @@ def remove_tree(dir_fd: int, name: str) -> None:
                 break
             done = names.pop()
             idents.pop()
-            fd = _up(fd, idents[-1])
+            here, fd = fd, -1  # `_up` closes it, whatever it finds
+            fd = _up(here, idents[-1])
             os.rmdir(done, dir_fd=fd)
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
     os.rmdir(name, dir_fd=dir_fd)
 
 
