@@ -5,7 +5,9 @@
 # Why these settings (measured on Debian bookworm hosts with cgroup v1 and no systemd):
 #   - its own socket, data root and exec root: it must not disturb another engine's /var/run/docker.sock;
 #   - --iptables=false --ip-masq=false --bridge=none: no iptables NAT here, so there is no default
-#     bridge network; containers get `none`, or the host's network when a task allows internet.
+#     bridge network. Trial containers never use the engine's networks anyway: they start with
+#     `none`, and levelfield attaches its own sealed link when a task has network. Builds use the
+#     host's network.
 # Usage: scripts/docker_setup.sh     (env LEVELFIELD_DOCKER_SOCK overrides the socket path)
 set -euo pipefail
 

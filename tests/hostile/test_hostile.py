@@ -1,11 +1,15 @@
 """A hostile agent cannot forge a pass, leave its limits, reach a secret or disturb the run.
 
 Every attack of `_attacks.py` runs as one trial of a single run per backend (`process`, and `oci`
-on Podman and on Docker), with the honest trial beside them and three trials in flight. The run
+on Podman and on Docker), with the honest trials beside them and three trials in flight. The run
 lives where the process sandbox binds the host read-only (/srv), a fake API key is planted in the
 harness's environment, a key file sits in /etc and a canary on the host: each test then asserts
 one attack's stored verdict, and the last ones what the whole run left (no secret anywhere, the
 canary, the store, the host's cgroups and containers).
+
+The host also holds what a trial must never reach (`HostCanaries`): a key in root's user keyring
+(as a trial of an earlier run would have left it), a service listening on 0.0.0.0, and a proxy
+whose credential is in the harness's HTTPS_PROXY; each records, on the host, whoever reached it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ from __future__ import annotations
 import base64
 import os
 import re
-import shutil
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -28,12 +31,14 @@ from levelfield.executor import run
 from levelfield.plan import plan_trials
 from levelfield.policy import Policy, ResourceBounds
 from levelfield.records import Outcome, Reason, TrialRecord
+from levelfield.sandbox._walk import remove_path
 from levelfield.store import reading
 from levelfield.tasks import load_dataset
 
 from ..conftest import missing_sandbox_prerequisites, require
 from ..integration._helpers import leftovers
 from ._attacks import ATTACKS, Attack, write_dataset
+from ._canaries import HostCanaries, encodings, files_under
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -53,6 +58,8 @@ POLICY = Policy(
     storage=ResourceBounds(ceiling="3x"),
     pids_max=256,
 )
+FAILED_TESTS = (Outcome.FAILED, Reason.TESTS_FAILED)
+PASSED = (Outcome.PASSED, Reason.TESTS_PASSED)
 BACKENDS = [
     pytest.param("process", marks=pytest.mark.sandbox),
     pytest.param("podman", marks=pytest.mark.oci),
@@ -67,6 +74,7 @@ class HostileRun:
     records: dict[str, TrialRecord]
     canary: Path
     leftovers: list[str]
+    host: HostCanaries
 
 
 def _engine_problems(kind: str) -> list[str]:
@@ -88,22 +96,24 @@ def hostile(
     require(missing_sandbox_prerequisites(), "a process sandbox")
     if kind in ENGINES:
         require(_engine_problems(kind), f"the {kind} engine")
-    saved = {name: os.environ.get(name) for name in ("DOCKER_HOST", KEY_ENV)}
-    os.environ[KEY_ENV] = PLANTED_KEY
+    host = HostCanaries.start()
+    saved = {name: os.environ.get(name) for name in ("DOCKER_HOST", KEY_ENV, *host.environ)}
+    os.environ.update({KEY_ENV: PLANTED_KEY, **host.environ})
     if kind in ENGINES:
         os.environ["DOCKER_HOST"] = ENGINES[kind]
     home = Path("/srv") / f"levelfield-hostile-{uuid.uuid4().hex[:8]}"
     key_file = Path("/etc") / f"{home.name}.key"
     try:
-        yield _run(kind, home, key_file, tmp_path_factory.mktemp(f"host-{kind}"))
+        yield _run(kind, home, key_file, tmp_path_factory.mktemp(f"host-{kind}"), host)
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        host.stop()
+        remove_path(home)  # it holds the agent's 1,100 nested folders, copied
         key_file.unlink(missing_ok=True)
         for name, value in saved.items():
             os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
 
 
-def _run(kind: str, home: Path, key_file: Path, host_tmp: Path) -> HostileRun:
+def _run(kind: str, home: Path, key_file: Path, host_tmp: Path, host: HostCanaries) -> HostileRun:
     """Where a careless user might put things: the run and the dataset under /srv (bound
     read-only into a process sandbox), a key file in /etc, root-only as keys should be."""
     run_dir = home / "run"
@@ -119,6 +129,7 @@ def _run(kind: str, home: Path, key_file: Path, host_tmp: Path) -> HostileRun:
         "KEY_FILE": str(key_file),
         "CANARY": str(canary),
         "CANARY_REL": str(canary).lstrip("/"),
+        **host.places(),
     }
     dataset = write_dataset(home / "dataset", places)
     options = AgentOptions(
@@ -134,11 +145,14 @@ def _run(kind: str, home: Path, key_file: Path, host_tmp: Path) -> HostileRun:
         agent_options=options,
     )
     trials = plan_trials(load_dataset(dataset).tasks, config.resolved_agents(), [POLICY])
+    first = [a.name for a in ATTACKS if a.first]  # in flight together, from the start
+    trials.sort(key=lambda t: first.index(t.task.name) if t.task.name in first else len(first))
     result = run(config, trials=trials)
     with reading(run_dir) as store:
         records = {r.task: r for r in store.records()}
     left = leftovers(result.run_id, run_dir) if kind == "process" else _containers(result.run_id)
-    return HostileRun(kind, run_dir, records, canary, left)
+    host.settle()
+    return HostileRun(kind, run_dir, records, canary, left, host)
 
 
 def _containers(run_id: str) -> list[str]:
@@ -206,9 +220,8 @@ def test_the_run_stored_no_secret_and_changed_nothing_outside(hostile: HostileRu
     assert {r.task for r in hostile.records.values()} == {a.name for a in ATTACKS}
     assert hostile.records["honest"].outcome is Outcome.PASSED
     assert all(r.reason is not Reason.HARNESS_ERROR for r in hostile.records.values())
-    for path in hostile.run_dir.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            assert PLANTED_KEY.encode() not in path.read_bytes(), path
+    for path in files_under(hostile.run_dir):
+        assert PLANTED_KEY.encode() not in path.read_bytes(), path
     with sqlite3.connect(hostile.run_dir / "run.db") as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert hostile.canary.read_text() == "untouched\n"
@@ -224,6 +237,90 @@ def test_attack_table(hostile: HostileRun) -> None:
     forged = [
         a.name
         for a in ATTACKS
-        if not a.name.startswith("honest") and hostile.records[a.name].outcome is Outcome.PASSED
+        if a.expect != PASSED and hostile.records[a.name].outcome is Outcome.PASSED
     ]
     assert forged == []
+
+
+# -- sealed: no byte between two trials, or from a trial to the host's services --------------------
+
+
+def _agent_log(hostile: HostileRun, name: str) -> str:
+    attack = next(a for a in ATTACKS if a.name == name)
+    return (_trial_dir(hostile, attack) / "agent.log").read_text(errors="replace")
+
+
+def test_no_key_crosses_trials_or_runs(hostile: HostileRun) -> None:
+    """A key planted by one trial, or left on the host by an earlier run, is out of every
+    trial's reach, and nothing a trial tried is in the host's keyring afterwards."""
+    assert hostile.records["keyring-read"].outcome is Outcome.FAILED
+    assert "42" not in _agent_log(hostile, "keyring-read").replace(" 42 ", "")
+    planted = [line for line in hostile.host.host_keys if hostile.host.key_desc not in line]
+    assert planted == [], planted  # only the host's own canary is there
+
+
+def test_trials_in_flight_never_meet(hostile: HostileRun) -> None:
+    """Both peers served their copy of the answer while scanning the sandbox pool, in flight
+    together; neither reached the other."""
+    a, b = hostile.records["peer-a"], hostile.records["peer-b"]
+    assert a.started_at < b.finished_at and b.started_at < a.finished_at, (a, b)
+    for name in ("peer-a", "peer-b"):
+        assert "scanned the pool" in _agent_log(hostile, name)
+        attack = next(x for x in ATTACKS if x.name == name)
+        seen = _trial_dir(hostile, attack) / "logs" / "agent" / "seen.txt"
+        assert not seen.exists(), seen.read_text()
+    honest = [hostile.records[n] for n in ("honest", "honest-net")]
+    assert all(r.outcome is Outcome.PASSED for r in honest), honest
+
+
+def test_no_host_service_answers(hostile: HostileRun) -> None:
+    """The listener on the host's 0.0.0.0 accepted nothing from any trial, at any address."""
+    assert hostile.host.reached == [], hostile.host.reached
+    tried = _agent_log(hostile, "host-service")
+    assert hostile.host.places()["HOST_PORT"] and "169.254.169.254:" in tried, tried[-1000:]
+
+
+def test_no_proxy_credential_enters_in_any_encoding(hostile: HostileRun) -> None:
+    """The relay reached the host's proxy with the credential; the sandbox never held it, so
+    nothing the run wrote holds it, plain, reversed or in base64."""
+    assert any(right for right, _ in hostile.host.proxied), hostile.host.proxied
+    assert "RELAYED HTTP/1.1 200" in _agent_log(hostile, "proxy-credential")
+    secret = hostile.host.proxy_secret
+    both = f"{hostile.host.proxy_user}:{secret}"
+    for path in files_under(hostile.run_dir):
+        data = path.read_bytes()
+        for form in (*encodings(secret), *encodings(both)):
+            assert form not in data, (path, form)
+
+
+# -- bounded: what the agent prints or leaves costs the harness a bounded amount ----------------
+
+
+def test_two_gigabytes_printed_leave_a_capped_log(hostile: HostileRun) -> None:
+    from levelfield.sandbox._logcap import LOG_MAX_BYTES
+
+    attack = next(a for a in ATTACKS if a.name == "print-2g")
+    log = _trial_dir(hostile, attack) / "agent.log"
+    assert log.stat().st_size <= LOG_MAX_BYTES + 4096, log.stat().st_size
+    assert log.read_bytes()[-200:].endswith(b"printed\n")  # its tail kept
+    notes = " | ".join(hostile.records["print-2g"].evidence.notes)
+    assert "agent.log cut: 2147483656 bytes printed" in notes, notes
+
+
+def test_deep_folders_are_copied_and_the_agents_own_failure(hostile: HostileRun) -> None:
+    attack = next(a for a in ATTACKS if a.name == "deep-agent-logs")
+    leaf = _trial_dir(hostile, attack) / "logs" / "agent" / ("d/" * 1100) / "leaf"
+    assert leaf.read_text() == "leaf\n"
+    for name in ("deep-agent-logs", "deep-verifier-logs"):
+        record = hostile.records[name]
+        assert (record.outcome, record.reason) == FAILED_TESTS, (name, record.error)
+        assert "made 1100 folders" in _agent_log(hostile, name) or name == "deep-verifier-logs"
+
+
+def test_sparse_files_are_copied_sparse(hostile: HostileRun) -> None:
+    attack = next(a for a in ATTACKS if a.name == "sparse-logs")
+    kept = _trial_dir(hostile, attack) / "logs" / "agent"
+    for name in ("sparse1", "sparse2"):
+        st = (kept / name).stat()
+        assert st.st_size >= 250 << 20, (name, st.st_size)
+        assert st.st_blocks * 512 < 1 << 20, (name, st.st_blocks * 512)

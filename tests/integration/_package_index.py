@@ -3,9 +3,11 @@
 Run as a script inside that namespace (`ip netns exec NAME python _package_index.py ...`): a
 PEP 503 page at /simple/<project>/ linking the file with its sha256, and the file at
 /files/<name>, sent at a fixed rate so that a download lasts long enough to be seen by a sampler.
-The namespace's address is reachable from the host, from a process trial's own namespace (through
-its veth and NAT) and from a container (through the engine's bridge): every path a trial's
-download takes, and none of it leaves the machine.
+The namespace stands for the outside network: joined to the host by a veth of its own, with an
+address from the benchmarking range (198.18.0.0/15), and counted among the host's uplinks while
+it serves, so that a trial's sealed link (sandbox/_netns.py), which forwards only out of an
+uplink, reaches it as it would reach PyPI. The host reaches it too (the index probe), and none of
+it leaves the machine.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import ipaddress
 import itertools
 import os
 import socket
+import socketserver
 import subprocess
 import sys
 import time
@@ -78,25 +82,58 @@ def package_index(
     files = root / "files"
     files.mkdir(parents=True, exist_ok=True)
     (files / filename).write_bytes(os.urandom(size_bytes))
-    net = _netns.create(run_id, root.name[-12:])
     script = Path(__file__).resolve()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    server = subprocess.Popen(
-        ["ip", "netns", "exec", net.name, sys.executable, str(script), "--bind", net.trial_addr,
-         "--root", str(files), "--project", project, "--rate",
-         ",".join(map(str, rate_bps if isinstance(rate_bps, list) else [rate_bps])),
-         "--status", str(status)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with _outside(f"{run_id}-{root.name[-12:]}") as (name, address):
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", name, sys.executable, str(script), "--bind", address,
+             "--root", str(files), "--project", project, "--rate",
+             ",".join(map(str, rate_bps if isinstance(rate_bps, list) else [rate_bps])),
+             "--status", str(status)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            _wait_listening(address, PORT, server)
+            yield PackageIndex(address, PORT, project, filename, size_bytes)
+        finally:
+            server.kill()
+            server.wait()
+
+
+OUTSIDE_POOL = ipaddress.ip_network("198.18.0.0/15")  # RFC 2544: for benchmarks, never routed
+
+
+@contextlib.contextmanager
+def _outside(tag: str) -> Iterator[tuple[str, str]]:
+    """A namespace joined to the host by a veth that counts as an uplink while it lives: the
+    namespace's name and its address."""
+    name = f"lfidx-{tag}"
+    digest = hashlib.sha256(name.encode()).hexdigest()
+    host_if, inner_if = f"lfi{digest[:10]}", f"lfo{digest[:10]}"
+    blocks = list(OUTSIDE_POOL.subnets(new_prefix=30))
+    host_addr, address = list(blocks[int(digest[:8], 16) % len(blocks)].hosts())
+    script = [
+        f"netns add {name}",
+        f"link add {host_if} type veth peer name {inner_if} netns {name}",
+        f"addr add {host_addr}/30 dev {host_if}",
+        f"link set {host_if} up",
+        f"-n {name} addr add {address}/30 dev {inner_if}",
+        f"-n {name} link set {inner_if} up",
+        f"-n {name} link set lo up",
+        f"-n {name} route add default via {host_addr}",
+    ]
+    uplinks = _netns.uplinks
     try:
-        _wait_listening(net.trial_addr, PORT, server)
-        yield PackageIndex(net.trial_addr, PORT, project, filename, size_bytes)
+        for line in script:
+            subprocess.run(["ip", *line.split()], check=True, capture_output=True)
+        _netns.uplinks = lambda: (*uplinks(), host_if)  # type: ignore[assignment]
+        yield name, str(address)
     finally:
-        server.kill()
-        server.wait()
-        _netns.reap(run_id)
+        _netns.uplinks = uplinks  # type: ignore[assignment]
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
 def _wait_listening(host: str, port: int, server: subprocess.Popen[bytes]) -> None:
@@ -157,7 +194,14 @@ def main() -> None:
     args = parser.parse_args()
     rates = [int(r) for r in args.rate.split(",")]
     handler = _handler(args.root, args.project, rates, args.status)
-    ThreadingHTTPServer((args.bind, PORT), handler).serve_forever()
+    _Server((args.bind, PORT), handler).serve_forever()
+
+
+class _Server(ThreadingHTTPServer):
+    def server_bind(self) -> None:
+        """Without http.server's getfqdn(): the namespace has no resolver to ask (10 s)."""
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), PORT
 
 
 if __name__ == "__main__":

@@ -106,4 +106,4 @@ def test_doctor_names_the_engine_and_its_version(kind: str) -> None:
     assert f"{kind} {version}" in first, done.stdout
     shell = next(line for line in done.stdout.splitlines() if f"agent shell ({kind})" in line)
     assert "CapEff 00000000a80425fb" in shell, shell  # read in a real container's shell
-    assert "no-new-privileges on" in shell, shell
+    assert "no-new-privileges on" in shell and "seccomp filter" in shell, shell

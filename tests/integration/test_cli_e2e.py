@@ -90,3 +90,4 @@ def test_doctor_reports_what_this_host_enforces() -> None:
     )  # fmt: skip
     shell = next(line for line in wide.stdout.splitlines() if "agent shell (process)" in line)
     assert "CapEff 00000000a00425fb" in shell and "no-new-privileges on" in shell, shell
+    assert "seccomp filter (1 filter)" in shell, shell  # loaded on the way in of its exec

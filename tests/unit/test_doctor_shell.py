@@ -19,15 +19,23 @@ def test_capability_names_follow_the_kernel_numbering() -> None:
     assert len(capability_names(HOST_ROOT)) == 40  # every one but sys_resource, bit 24
 
 
+FILTERED = "Seccomp:\t2\nSeccomp_filters:\t1\n"
+
+
 def test_a_default_container_set_is_green_and_host_root_is_not() -> None:
-    ok = read_shell(f"CapEff:\t{DOCKER_DEFAULT:016x}\nNoNewPrivs:\t1\n4:memory:/\n")
+    ok = read_shell(f"CapEff:\t{DOCKER_DEFAULT:016x}\nNoNewPrivs:\t1\n{FILTERED}4:memory:/\n")
     assert ok.ok and "(Docker's default set); " in ok.detail and "namespace its own" in ok.detail
-    podman = read_shell(f"CapEff:\t{PODMAN_DEFAULT:016x}\nNoNewPrivs:\t1\n0::/\n")
+    assert "seccomp filter (1 filter)" in ok.detail
+    podman = read_shell(f"CapEff:\t{PODMAN_DEFAULT:016x}\nNoNewPrivs:\t1\n{FILTERED}0::/\n")
     assert podman.ok and "less net_raw, mknod, audit_write" in podman.detail
-    root = read_shell(f"CapEff:\t{HOST_ROOT:016x}\nNoNewPrivs:\t0\n4:memory:/levelfield/x\n")
+    root = read_shell(
+        f"CapEff:\t{HOST_ROOT:016x}\nNoNewPrivs:\t0\nSeccomp:\t0\n4:memory:/levelfield/x\n"
+    )
     assert not root.ok
     assert "BEYOND a default container's: dac_read_search" in root.detail
     assert "sys_admin" in root.detail and "no-new-privileges OFF" in root.detail
-    assert "the host one" in root.detail
-    assert not read_shell(f"CapEff:\t{DOCKER_DEFAULT:016x}\nNoNewPrivs:\t0\n").ok
+    assert "the host one" in root.detail and "seccomp OFF" in root.detail
+    assert not read_shell(f"CapEff:\t{DOCKER_DEFAULT:016x}\nNoNewPrivs:\t0\n{FILTERED}").ok
+    unfiltered = read_shell(f"CapEff:\t{DOCKER_DEFAULT:016x}\nNoNewPrivs:\t1\nSeccomp:\t0\n")
+    assert not unfiltered.ok and "seccomp OFF" in unfiltered.detail
     assert not read_shell("bash: grep: command not found").ok

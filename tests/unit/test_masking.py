@@ -4,6 +4,7 @@ from pathlib import Path
 
 from levelfield.masking import MASK, Masker, known_secrets
 from levelfield.records import PhaseResult
+from levelfield.sandbox._scrub import mask_files
 
 KEY = "sk-ant-secret-0123456789"
 
@@ -43,7 +44,7 @@ def test_files_are_rewritten_only_where_a_secret_is(tmp_path: Path) -> None:
     (tmp_path / "logs" / "agent.log").write_text(f"key={KEY}\n")
     (tmp_path / "clean.txt").write_text("nothing here\n")
     (tmp_path / "link").symlink_to(tmp_path / "logs" / "agent.log")
-    assert Masker().add(KEY).files(tmp_path) == 1
+    assert mask_files(tmp_path, Masker().add(KEY)) == 1
     assert (tmp_path / "logs" / "agent.log").read_text() == f"key={MASK}\n"
 
 

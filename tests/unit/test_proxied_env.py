@@ -63,6 +63,16 @@ def test_only_a_mounted_proxied_agent_can_do_without_network(tmp_path: Path) -> 
     assert all(needs(kind, "sandbox") for kind in ("claude-code", "codex", "gemini-cli"))
 
 
+def test_a_command_agent_gets_network_only_for_an_install_or_when_asked() -> None:
+    def needs(**options: Any) -> bool:
+        return bool(make_agent("command", AgentOptions(command="x", **options)).needs_network)
+
+    assert not needs()  # its model, if any, is on the sandbox's own loopback
+    assert not needs(api_key_env="OPENAI_API_KEY")
+    assert needs(install="pip install my-agent")
+    assert needs(network=True)
+
+
 def test_scripted_model_command_refuses_a_bad_failure_plan_with_exit_2(make_task: Any) -> None:
     from typer.testing import CliRunner
 

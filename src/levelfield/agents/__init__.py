@@ -100,6 +100,12 @@ class AgentOptions(BaseModel):
     agent_env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment for a CLI agent (not secret)."
     )
+    network: bool = Field(
+        False,
+        description="Give a CLI agent the outside network whatever the task says (an install "
+        "in the sandbox gets it anyway; the model API needs none: the proxy is on the "
+        "sandbox's own loopback).",
+    )
     api_key_env: str | None = Field(None, description="Environment variable holding the API key.")
     api_key_file: Path | None = Field(None, description="File holding the API key.")
     max_turns: int = Field(30, ge=1, description="Model calls the terminal agent may make.")

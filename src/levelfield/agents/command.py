@@ -11,9 +11,10 @@ read-only into every sandbox: no install per trial, and the trial's memory is th
 
 from __future__ import annotations
 
-import os
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
@@ -22,6 +23,7 @@ from levelfield.agents import (
     AgentRun,
     DrawPoint,
     _cli_report,
+    _egress,
     _prepare,
     agent_name,
 )
@@ -42,12 +44,6 @@ LOCAL_ENV = {
     "npm_config_update_notifier": "false",
 }
 _WITH_MODEL = '${LEVELFIELD_MODEL:+%s "$LEVELFIELD_MODEL"}'
-# How the host reaches the network (a proxy, a TLS-inspecting CA): passed on, so that npm and the
-# agent reach their registry and API from the sandbox as the host does. Never a secret.
-NETWORK_ENV = (
-    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-    "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE",
-)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +130,7 @@ def command_agent(kind: str, spec: str, options: AgentOptions) -> CommandAgent:
             "--agent-install-mode mounted prepares a preset's npm package on the host: use "
             f"{', '.join(PRESETS)}, or the sandbox mode with --agent-install"
         )
+    _egress.check()  # the host's proxy must be one its relay can serve
     return CommandAgent(
         name=spec if ":" in spec else agent_name(kind, options),
         install=options.install,
@@ -170,10 +167,12 @@ class CommandAgent:
 
     @property
     def needs_network(self) -> bool:
-        """An install in the sandbox needs its package registry; the model API is reached
-        through the proxy on the sandbox's own loopback, so a mounted, proxied agent needs no
-        network and the task's setting holds."""
-        return not (self.is_mounted and self.providers())
+        """The outside network, whatever the task says: for an install in the sandbox (its
+        package registry), or when asked for (--agent-network). The model API is reached
+        through the proxy on the sandbox's own loopback, so a key needs none, and otherwise
+        the task's setting holds."""
+        installs = self.install is not None or (self.preset is not None and not self.is_mounted)
+        return installs or self.options.network
 
     def providers(self) -> tuple[Provider, ...]:
         """The APIs the proxy relays for it: a preset's own; a `command` agent's when it is
@@ -222,7 +221,6 @@ class CommandAgent:
         if self.is_mounted:
             path = f"{_prepare.TREE_IN_SANDBOX}/bin:{path}"
         env = {
-            **{k: os.environ[k] for k in NETWORK_ENV if k in os.environ},
             **LOCAL_ENV,
             "PATH": path,
             "LEVELFIELD_INSTRUCTION": task.instruction,
@@ -259,7 +257,14 @@ class CommandAgent:
     def _install_in_sandbox(
         self, box: Sandbox, task: Task, *, timeout_s: float, trial_dir: Path
     ) -> AgentSetup:
-        env, log = self.environment(task), trial_dir / "agent-setup.log"
+        with _network_env(box) as network:
+            env = {**network, **self.environment(task)}
+            return self._install(box, task, env, timeout_s, trial_dir)
+
+    def _install(
+        self, box: Sandbox, task: Task, env: dict[str, str], timeout_s: float, trial_dir: Path
+    ) -> AgentSetup:
+        log = trial_dir / "agent-setup.log"
         deadline = time.monotonic() + timeout_s
         started = time.monotonic()
         runtime, phase = None, None
@@ -325,12 +330,14 @@ class CommandAgent:
         instruction.write_text(task.instruction)
         box.copy_in(instruction, INSTRUCTION_PATH)
         providers = self.providers()
-        if not providers:
-            return self._run(box, task, self.environment(task), timeout_s, trial_dir)
-        with proxied_api(providers, self.options, self.key_env, box, trial_dir) as api:
-            env = self.environment(task, api.environment(self.key_envs()))
-            run = self._run(box, task, env, timeout_s, trial_dir)
-            calls = tuple(api.proxy.calls)  # each as what it was, those in flight cut short
+        with _network_env(box) as network:
+            if not providers:
+                env = {**network, **self.environment(task)}
+                return self._run(box, task, env, timeout_s, trial_dir)
+            with proxied_api(providers, self.options, self.key_env, box, trial_dir) as api:
+                env = {**network, **self.environment(task, api.environment(self.key_envs()))}
+                run = self._run(box, task, env, timeout_s, trial_dir)
+                calls = tuple(api.proxy.calls)  # each as what it was, those in flight cut short
         steps = tuple(api.proxy.trajectory()) or run.steps  # the tool calls, as the proxy saw them
         return replace(run, steps=steps, api_calls=calls)
 
@@ -371,6 +378,19 @@ class CommandAgent:
                 env=env,
                 log_path=trial_dir / "agent.log",
             )
+
+
+@contextlib.contextmanager
+def _network_env(box: Sandbox) -> Iterator[dict[str, str]]:
+    """How the host reaches the network (its proxy, relayed from outside so that no credential
+    enters; a TLS-inspecting CA), for a phase whose sandbox reaches it: so that npm and the
+    agent reach their registry and API from the sandbox as the host does."""
+    netns = box.network_namespace() if box.reaches_outside() else None
+    if netns is None:
+        yield {}
+        return
+    with _egress.relayed_environment(netns) as env:
+        yield env
 
 
 def _ok(phase: PhaseResult) -> bool:

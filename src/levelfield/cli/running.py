@@ -123,6 +123,15 @@ def run(
     agent_env: Annotated[
         list[str] | None, typer.Option(help="CLI agent: extra KEY=VALUE in its environment.")
     ] = None,
+    agent_network: Annotated[
+        bool,
+        typer.Option(
+            "--agent-network",
+            help="CLI agent: the outside network whatever the task says. Off: a command agent "
+            "without --agent-install has the network its task allows; its model calls go "
+            "through the proxy on the sandbox's own loopback either way."
+        ),
+    ] = False,
     disclose_limits: Annotated[str, typer.Option(help=DISCLOSE_HELP)] = "off",
     config: Annotated[Path | None, typer.Option(help="run.toml with the same keys.")] = None,
     executor: Annotated[str | None, typer.Option(help=EXECUTOR_HELP)] = None,
@@ -148,6 +157,7 @@ def run(
         setup_timeout_s=agent_setup_timeout,
         agent_env=key_values(agent_env or []),
         budget=ModelBudget(max_tokens=max_tokens_per_trial, max_cost_usd=max_cost_per_trial),
+        network=agent_network,
     )
     options = dict(
         dataset=dataset,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-import shutil
+import os
 import socket
 import tarfile
 import tempfile
@@ -26,6 +26,7 @@ from levelfield.policy import Limits
 from levelfield.records import TrialRecord
 from levelfield.runner import TrialContext, record_without_sandbox, run_trial
 from levelfield.sandbox import Backend, BackendOptions, get_backend
+from levelfield.sandbox._walk import remove_path
 
 NODE_ID_CHARS = 12  # Ray node ids are 56 hex digits; 12 keep reports readable and stay unique
 MAX_SHIPPED_BYTES = 64 << 20  # a trial directory larger than this stays on its node
@@ -190,12 +191,28 @@ def _pack(trial_dir: Path) -> bytes | None:
         return None
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        tar.add(trial_dir, arcname=".")
+        _add_tree(tar, trial_dir)
     if buffer.tell() > MAX_SHIPPED_BYTES:
         return None
     _remove_tree(trial_dir)
     return buffer.getvalue()
 
 
+def _add_tree(tar: tarfile.TarFile, root: Path) -> None:
+    """`tar.add(root)` without its recursion: the trial directory holds the agent's /logs, whose
+    folders may nest deeper than Python's recursion limit. Links are added as links."""
+    tar.add(root, arcname=".", recursive=False)
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        with contextlib.suppress(OSError), os.scandir(directory) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                path = Path(entry.path)
+                tar.add(path, arcname=f"./{path.relative_to(root)}", recursive=False)
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(path)
+
+
 def _remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        remove_path(path)  # iterative: it holds the agent's deepest folders

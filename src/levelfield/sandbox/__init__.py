@@ -138,6 +138,7 @@ class Sandbox(Protocol):
 
     def observables(self) -> Observables: ...  # for the network meter and the health readings
     def network_namespace(self) -> Path | None: ...  # /proc/PID/ns/net, for the model proxy
+    def reaches_outside(self) -> bool: ...  # its sealed link out (_netns.py): the task has network
 
     # The agent's work state for the grader's own namespaces (grader.py); None where the grader
     # cannot stand apart here (a remote engine), and then it runs in the sandbox, as in Harbor.

@@ -63,9 +63,10 @@ def bwrap_argv(
     read_only: Mapping[PurePosixPath, Path] | None = None,
     cgroup_dirs: Mapping[str, Path] | None = None,
     hidden: Iterable[Path] = (),
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """bwrap starting an idle init; phases enter its namespaces later with nsenter. The init
-    itself holds no capability at all."""
+    itself holds no capability at all, and runs under `seccomp_fd`'s filter when given."""
     argv = [
         "bwrap",
         "--die-with-parent",
@@ -81,6 +82,8 @@ def bwrap_argv(
         "--info-fd",
         str(info_fd),
     ]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     if not allow_network:
         argv.append("--unshare-net")
     argv += system_binds()

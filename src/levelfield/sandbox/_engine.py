@@ -1,10 +1,12 @@
 """Which container engine answers on the Docker Engine API, and what it offers a trial.
 
 Docker and Podman both serve the API; they differ in what a trial can rely on. Docker started
-without iptables (`scripts/docker_setup.sh`) has no `bridge` network, so a container that may
-reach the internet shares the host's network, and builds do the same; Podman's compat API
-accepts `bridge` and maps it to its own network. Everything here answers questions about the
-engine and never raises for an engine that is absent: the report says why.
+without iptables (`scripts/docker_setup.sh`) has no `bridge` network, so builds share the host's
+network there; Podman's compat API accepts `bridge` and maps it to its own network. A trial's
+container never uses the engine's networks: it starts with `none`, and levelfield attaches its
+own sealed link when the task has network (`_netns.py`), the same on every engine. Everything
+here answers questions about the engine and never raises for an engine that is absent: the
+report says why.
 """
 
 from __future__ import annotations
@@ -34,24 +36,18 @@ class EngineReport:
     runtime: str | None = None
     storage_driver: str | None = None
     cpus: int | None = None  # what the engine counts; Docker refuses NanoCpus above it
-    has_bridge: bool = True  # False: Docker without iptables, containers share the host's network
+    has_bridge: bool = True  # False: Docker without iptables, builds share the host's network
     problems: tuple[str, ...] = ()
 
     def describe(self) -> str:
         if not self.found:
             return f"no container engine: {'; '.join(self.problems)}"
-        network = "" if self.has_bridge else ", no bridge network (internet = host network)"
+        network = "" if self.has_bridge else ", no bridge network (builds use the host's)"
         return (
             f"{self.engine} {self.version} (API {self.api_version}) at {self.url}, "
             f"cgroup v{self.cgroup_version} ({self.cgroup_driver}), runtime {self.runtime}, "
             f"storage {self.storage_driver}{network}"
         )
-
-    def network_for(self, allow_internet: bool | None) -> str:
-        """The container's network: none when the task forbids it, else the engine's default."""
-        if allow_internet is False:
-            return "none"
-        return "bridge" if self.has_bridge else "host"
 
     @property
     def build_network(self) -> str | None:

@@ -1,16 +1,31 @@
-"""A trial's own network: a named network namespace, a veth pair to the host, and NAT out.
+"""A trial's own network: a network namespace, a veth pair to the host, NAT out, and nothing else.
 
-Why: a trial that shares the host's network namespace shares its counters too, so the bytes a
-trial downloaded could not be told from everything else the host moved. In its own namespace,
-`/proc/PID/net/dev` of any process in it counts the trial's traffic alone (`counters`).
+Why its own: a trial that shares the host's network namespace shares its counters too, so the
+bytes a trial downloaded could not be told from everything else the host moved. In its own
+namespace, `/proc/PID/net/dev` of any process in it counts the trial's traffic alone
+(`counters`). On `process` the namespace is made here (`create`); on `oci` it is the container's,
+started with the engine's `none` network, and the same link is attached to it (`attach`), so
+both engines and the process backend seal a trial the same way, whatever the engine's own
+networking (Docker without iptables has no bridge at all).
+
+Sealed: a trial reaches the outside network through the host's default route and nothing else.
+Its packets to any of the host's own addresses (the gateway of its /30, the host's public
+address, an engine's bridge address: every local address goes through INPUT) are refused, and so
+is forwarding to any interface but the default route's: another trial's link, an engine's bridge,
+the host's other networks. Link-local destinations (169.254/16: the other trials' /30s, a cloud's
+metadata service) are refused even out of the default route. Nothing from outside reaches the
+trial but the answers to its own connections. A host without a default route gives a trial no
+outside network at all. The model proxy and the egress relay need none of this: their sockets are
+made inside the trial's namespace, on its loopback.
 
 Layout of one trial (names derived from the run and trial ids, so `reap` finds exactly what a
 killed run left): namespace `lf-<run>-<trial>` under /run/netns; host end `lfh<hash>` with the
 first address of a /30 from SUBNET_POOL; trial end renamed `eth0` with the second address and a
-default route through the host end; a MASQUERADE rule and two FORWARD accepts tagged with the
-comment `levelfield:<run>:<trial>`. IPv6 is off inside, so router solicitations do not count as
-traffic. Addresses are link-local (169.254/16, away from the cloud metadata address), so they do
-not collide with the private ranges a host's own networks use.
+default route through the host end; a MASQUERADE rule and the filter rules above, each tagged
+with the comment `levelfield:<run>:<trial>`. IPv6 is off inside, so router solicitations do not
+count as traffic (and no IPv6 path bypasses the IPv4 rules). Addresses are link-local
+(169.254/16, away from the cloud metadata address), so they do not collide with the private
+ranges a host's own networks use.
 """
 
 from __future__ import annotations
@@ -58,6 +73,7 @@ class TrialNetwork:
     trial_addr: str
     subnet: str
     tag: str
+    uplinks: tuple[str, ...] = ()  # the default route's interfaces: the only way out
 
     @property
     def path(self) -> Path:
@@ -108,7 +124,18 @@ def _host_if(name: str) -> str:
 
 
 def create(run_id: str, trial_id: str) -> TrialNetwork:
-    """The namespace, its veth pair, route and NAT; SandboxStartError (nothing left) on failure."""
+    """The namespace, its veth pair, route, NAT and seal; SandboxStartError (nothing left) on
+    failure."""
+    return _made(run_id, trial_id, pid=None)
+
+
+def attach(run_id: str, trial_id: str, pid: int) -> TrialNetwork:
+    """The same link, attached to the namespace process `pid` already has (a container started
+    with the engine's `none` network); the namespace itself goes with the container."""
+    return _made(run_id, trial_id, pid=pid)
+
+
+def _made(run_id: str, trial_id: str, *, pid: int | None) -> TrialNetwork:
     missing = problems()
     if missing:
         raise HostUnsupported("a trial with network needs " + "; ".join(missing))
@@ -119,13 +146,26 @@ def create(run_id: str, trial_id: str) -> TrialNetwork:
             _remove(name, tag)  # a half-made namespace of a killed earlier attempt
         subnet = _free_subnet(_used_addresses(), name)
         hosts = list(subnet.hosts())
-        net = TrialNetwork(name, _host_if(name), str(hosts[0]), str(hosts[1]), str(subnet), tag)
+        net = TrialNetwork(
+            name, _host_if(name), str(hosts[0]), str(hosts[1]), str(subnet), tag, uplinks()
+        )
         try:
-            _build(net)
+            _build(net, pid)
         except BaseException:
             _remove(name, tag)
             raise
     return net
+
+
+def uplinks() -> tuple[str, ...]:
+    """The interfaces of the host's IPv4 default routes: where a trial's traffic may leave."""
+    out = _run(["ip", "-4", "-o", "route", "show", "default"], check=False) or ""
+    found = []
+    for line in out.splitlines():
+        parts = line.split()
+        if "dev" in parts and parts.index("dev") + 1 < len(parts):
+            found.append(parts[parts.index("dev") + 1])
+    return tuple(dict.fromkeys(found))
 
 
 def destroy(net: TrialNetwork) -> None:
@@ -147,11 +187,12 @@ def reap(run_id: str) -> int:
     return len(names)
 
 
-def _build(net: TrialNetwork) -> None:
-    """Four commands: the host side, the trial side, IPv6 off inside, the NAT rules."""
+def _build(net: TrialNetwork, pid: int | None = None) -> None:
+    """Four commands: the host side, the trial side, IPv6 off inside, the rules. With `pid`, the
+    namespace is that process's, named for `ip` by `netns attach`."""
     trial_if = "lfn" + net.host_if[3:]
     outside = [
-        f"netns add {net.name}",
+        f"netns attach {net.name} {pid}" if pid else f"netns add {net.name}",
         f"link add {net.host_if} type veth peer name {trial_if} netns {net.name}",
         f"addr add {net.host_addr}/30 dev {net.host_if}",
         f"link set {net.host_if} up",
@@ -172,18 +213,48 @@ def _build(net: TrialNetwork) -> None:
 
 
 def _rules(net: TrialNetwork, verb: str) -> str:
-    """The trial's three rules, to insert (-I) or delete (-D) in one iptables-restore."""
+    """The trial's rules, to insert (-I) or delete (-D) in one iptables-restore. Inserted, each
+    goes first in its chain, so they are written in reverse: the chain then reads as listed in
+    `_filter_rules`, ahead of whatever else the host has there."""
     comment = f'-m comment --comment "{net.tag}"'
     nat_verb = "-A" if verb == "-I" else "-D"
+    ordered = _filter_rules(net)
+    rules = reversed(ordered) if verb == "-I" else iter(ordered)
     return "\n".join([
         "*nat",
         f"{nat_verb} POSTROUTING -s {net.subnet} ! -o {net.host_if} {comment} -j MASQUERADE",
         "COMMIT",
         "*filter",
-        f"{verb} FORWARD -i {net.host_if} {comment} -j ACCEPT",
-        f"{verb} FORWARD -o {net.host_if} {comment} -j ACCEPT",
+        *(f"{verb} {chain} {match} {comment} -j {target}" for chain, match, target in rules),
         "COMMIT",
     ]) + "\n"
+
+
+LINK_LOCAL = "169.254.0.0/16"  # the trial pool and the cloud metadata address
+# Said at once, not left to time out: a TCP connection is reset, anything else gets an ICMP
+# error (which the kernel rate-limits, so TCP, the common case, is not left to it).
+REFUSED = (
+    ("-p tcp", "REJECT --reject-with tcp-reset"),
+    ("", "REJECT --reject-with icmp-admin-prohibited"),
+)
+
+
+def _filter_rules(net: TrialNetwork) -> list[tuple[str, str, str]]:
+    """(chain, match, target), top to bottom: the host's own addresses refused, out only through
+    the default route and never to a link-local address, in only as an answer."""
+    h = net.host_if
+    return [
+        *_refused("INPUT", f"-i {h}"),
+        *_refused("FORWARD", f"-i {h} -d {LINK_LOCAL}"),
+        *(("FORWARD", f"-i {h} -o {up}", "ACCEPT") for up in net.uplinks),
+        *_refused("FORWARD", f"-i {h}"),
+        ("FORWARD", f"-o {h} -m conntrack --ctstate ESTABLISHED,RELATED", "ACCEPT"),
+        ("FORWARD", f"-o {h}", "DROP"),
+    ]
+
+
+def _refused(chain: str, match: str) -> list[tuple[str, str, str]]:
+    return [(chain, f"{match} {protocol}".strip(), target) for protocol, target in REFUSED]
 
 
 def _unlink_script(name: str) -> str:

@@ -35,6 +35,8 @@ from levelfield.sandbox import (
     _container,
     _engine,
     _kernel_oom,
+    _logcap,
+    _netns,
     _oci_grader,
     _offline,
     _output,
@@ -95,7 +97,9 @@ class OciSandbox:
         self._engine_files: dict[str, bytes] = {}
         self.image: ImageRecord | None = None
         self.volume: _volumes.StorageVolume | None = None  # the storage ceiling, when on one
+        self.network: _netns.TrialNetwork | None = None  # its sealed link, when it has network
         self.secrets = Masker()  # masked in every log as it is written (oci.py sets the trial's)
+        self.logs = _logcap.LogCaps()  # each log capped, its cut noted in the evidence
         self._storage_full = False
         self._storage_peak = 0
 
@@ -142,12 +146,13 @@ class OciSandbox:
                 workdir=str(self.task.workdir),
                 environment=dict(env or {}),
             )["Id"]
-            with open(log_path, "ab") as raw:
-                log = self.secrets.writer(raw)
-                try:
-                    timed_out = _container.run_exec(self.api, exec_id, log, timeout_s)
-                finally:
-                    log.close()
+            sink = self.logs.open(log_path)
+            log = self.secrets.writer(sink)
+            try:
+                timed_out = _container.run_exec(self.api, exec_id, log, timeout_s)
+            finally:
+                log.close()
+                sink.close()
             code = self.api.exec_inspect(exec_id).get("ExitCode")
         except Exception as exc:
             self._require_alive()
@@ -236,8 +241,7 @@ class OciSandbox:
         with tempfile.TemporaryFile() as spool:
             try:
                 stream, stat = self.api.get_archive(self.container_id, str(path))
-                for chunk in stream:
-                    spool.write(chunk)
+                _archive.spool(stream, spool)
             except docker.errors.APIError:
                 yield None
                 return
@@ -316,7 +320,12 @@ class OciSandbox:
             engine_oom_killed=self._snapshot.engine_oom_killed,
             host_oom_kills=kills.host_oom_kills,
             outside_oom_kills=len(kills.outside),
-            notes=(*self.notes, *kills.notes(), *self._unreadable_kill(oom_kills)),
+            notes=(
+                *self.notes,
+                *kills.notes(),
+                *self._unreadable_kill(oom_kills),
+                *self.logs.notes(),
+            ),
         )
 
     def _unreadable_kill(self, oom_kills: int) -> list[str]:
@@ -338,6 +347,9 @@ class OciSandbox:
         path = Path(f"/proc/{self.init_pid}/ns/net")
         return path if self.init_pid and path.exists() else None
 
+    def reaches_outside(self) -> bool:
+        return self.network is not None
+
     def observables(self) -> Observables:
         """The container's init shares its network namespace: its net/dev is the trial's. Only
         when its pid is this host's (the cgroup was found): a remote engine's pid is not."""
@@ -347,8 +359,17 @@ class OciSandbox:
 
     def collect_logs(self, dest: Path) -> tuple[str, ...]:
         """Copy the container's /logs tree to `dest` (works on a stopped container too): links
-        stay links, FIFOs, sockets and devices stay behind. Returns what was not copied."""
+        stay links, FIFOs, sockets and devices stay behind. Returns what was not copied. From
+        the storage volume on the host when /logs lives on one, as the process backend does
+        (sparse files stay sparse); else from the engine's archive."""
         dest.mkdir(parents=True, exist_ok=True)
+        if self.volume is not None:
+            try:
+                fd = _tree.open_dir(self.volume.root, PurePosixPath("logs"))
+            except OSError:
+                return ()
+            with _tree.closing_fd(fd):
+                return _tree.copy_tree(fd, dest).listed()
         with self._fetch(PurePosixPath("/logs")) as found:
             if found is None or found.kind != "directory":
                 return ()
@@ -362,6 +383,8 @@ class OciSandbox:
             self.api.remove_container(self.container_id, force=True, v=True)
         if self.volume is not None:
             _volumes.remove_volume(self.api, self.volume)
+        if self.network is not None:
+            _netns.destroy(self.network)
         self.kernel.close()
 
     # -- internals -------------------------------------------------------------------------

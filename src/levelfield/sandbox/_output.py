@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 from levelfield.masking import Masker
+from levelfield.sandbox._logcap import LogCaps
 
 OUTPUT_TAIL_BYTES = 2000
 PIPE_READ_BYTES = 64 << 10
@@ -72,13 +73,16 @@ def signal_of_returncode(returncode: int) -> int | None:
 class LogPump:
     """Copies a phase's output from a pipe into its log through a masking writer, so that no
     secret reaches the disk even for an instant (a run killed with SIGKILL leaves the log as it
-    was written: masked). Processes the phase leaves running in the background keep the pipe
-    open, and their output keeps reaching the log until they end, as it would with the log file
-    as their stdout; `close()` waits for that once the sandbox's processes are gone."""
+    was written: masked), and within the log's cap (`_logcap.py`). Processes the phase leaves
+    running in the background keep the pipe open, and their output keeps reaching the log until
+    they end, as it would with the log file as their stdout; `close()` waits for that once the
+    sandbox's processes are gone."""
 
-    def __init__(self, read_fd: int, log_path: Path, masker: Masker) -> None:
+    def __init__(
+        self, read_fd: int, log_path: Path, masker: Masker, caps: LogCaps | None = None
+    ) -> None:
         self._fd = read_fd
-        self._log = open(log_path, "ab")  # noqa: SIM115  (the pump closes it at the pipe's end)
+        self._log = (caps or LogCaps()).open(log_path)  # the pump closes it at the pipe's end
         self._writer = masker.writer(self._log)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._pump, name="levelfield-log", daemon=True)

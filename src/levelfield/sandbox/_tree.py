@@ -7,11 +7,16 @@ where a file is expected, a gigabyte where a line is expected. Every walk here o
 component with O_NOFOLLOW relative to its parent's descriptor, so a link anywhere on the path,
 even one swapped in while the walk runs, stops at that component instead of leading out of the
 sandbox's tree. Trees that come as an engine's archive are read by the same rules (_archive.py).
+
+Bounded: every walk is `_walk.walk` (no recursion, one descriptor, however deep the tree); a
+copy writes a sparse file sparse (only its data is read, its holes stay holes) and counts only
+data against its budget; a path the host could not name (past PATH_MAX) is listed, not copied.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import shutil
@@ -19,11 +24,15 @@ import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
-COPY_MAX_BYTES = 256 << 20  # what one collection copies at most; the rest is listed, not copied
+from levelfield.sandbox import _walk
+
+COPY_MAX_BYTES = 256 << 20  # data one collection copies at most (holes are free); the rest listed
+PATH_MAX_CHARS = 4000  # a copy's path on the host stays under PATH_MAX (4096), with room
 READ_MAX_BYTES = 256 << 20  # what a sandbox's read_file returns at most (past it: not a file)
 LISTED_MAX = 20  # skipped entries named in the evidence; the rest are counted
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = _walk.DIR_FLAGS
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 CHUNK = 1 << 20
 HERE = PurePosixPath(".")
@@ -73,25 +82,29 @@ def open_dir(root: Path, rel: PurePosixPath, *, create: bool = False, replace: b
     fd = os.open(root, _DIR_FLAGS)
     try:
         for part in _parts(rel):
-            try:
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not (create or replace):
-                    raise
-                os.mkdir(part, 0o755, dir_fd=fd)
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError:
-                if not replace:
-                    raise
-                remove_entry(fd, part)
-                os.mkdir(part, 0o755, dir_fd=fd)
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            child = open_dir_at(fd, part, create=create, replace=replace)
             os.close(fd)
             fd = child
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def open_dir_at(fd: int, part: str, *, create: bool = True, replace: bool = False) -> int:
+    """One step of `open_dir`: the directory `part` in `fd`, by the same rules."""
+    try:
+        return os.open(part, _DIR_FLAGS, dir_fd=fd)
+    except FileNotFoundError:
+        if not (create or replace):
+            raise
+        os.mkdir(part, 0o755, dir_fd=fd)
+    except OSError:
+        if not replace:
+            raise
+        remove_entry(fd, part)
+        os.mkdir(part, 0o755, dir_fd=fd)
+    return os.open(part, _DIR_FLAGS, dir_fd=fd)
 
 
 def read_entry(root: Path, rel: PurePosixPath, *, max_bytes: int) -> Entry:
@@ -147,7 +160,7 @@ def remove_entry(dir_fd: int, name: str) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(name, dir_fd=dir_fd)
+        _walk.remove_tree(dir_fd, name)
     else:
         os.unlink(name, dir_fd=dir_fd)
 
@@ -171,18 +184,22 @@ def write_file(dir_fd: int, name: str, src: Path) -> None:
 class Copied:
     """What a copy kept apart: entries it would not open, and files past its byte budget."""
 
-    skipped: list[str] = field(default_factory=list)
-    budget: int = COPY_MAX_BYTES
+    skipped: list[str] = field(default_factory=list)  # the first LISTED_MAX, named
+    more: int = 0  # and how many after them
+    budget: int = COPY_MAX_BYTES  # bytes of data left to copy (a sparse file's holes are free)
 
     def skip(self, rel: str, why: str) -> None:
-        self.skipped.append(f"{rel} ({why})")
+        if len(self.skipped) < LISTED_MAX:
+            self.skipped.append(f"{shortened(rel)} ({why})")
+        else:
+            self.more += 1
 
     def listed(self) -> tuple[str, ...]:
-        return tuple(capped(self.skipped))
+        return (*self.skipped, *([f"and {self.more} more"] if self.more else []))
 
 
 def copy_tree(
-    src_fd: int, dest: Path, copied: Copied | None = None, rel: str = "", *, modes: bool = False
+    src_fd: int, dest: Path, copied: Copied | None = None, *, modes: bool = False
 ) -> Copied:
     """Copy the directory open at `src_fd` into `dest`: regular files and directories as they
     are, links as links, nothing else. Never raises for what it finds; never opens a FIFO. With
@@ -190,49 +207,102 @@ def copy_tree(
     link but the links it copies)."""
     copied = copied if copied is not None else Copied()
     dest.mkdir(parents=True, exist_ok=True)
-    for name in sorted(os.listdir(src_fd)):
-        path = f"{rel}{name}"
-        try:
-            st = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
-        except OSError:
-            continue
-        kind = kind_of(st.st_mode)
-        target = dest / name
-        if kind == "symlink":
-            with contextlib.suppress(OSError):
-                os.symlink(os.readlink(name, dir_fd=src_fd), target)
-        elif kind == "directory":
-            with contextlib.suppress(OSError):
-                child = os.open(name, _DIR_FLAGS, dir_fd=src_fd)
-                with closing_fd(child):
-                    copy_tree(child, target, copied, f"{path}/", modes=modes)
-                if modes:
-                    os.chmod(target, stat.S_IMODE(st.st_mode))
-        elif kind != "file":
-            copied.skip(path, f"{Entry(kind).describe()}, not copied")
-        elif st.st_size > copied.budget:
-            copied.skip(path, f"{st.st_size} bytes, past the copy's budget")
-        else:
-            copied.budget -= _copy_file(src_fd, name, target, st.st_size)
-            if modes and target.exists():
-                os.chmod(target, stat.S_IMODE(st.st_mode))
+    try:
+        for rel, st, dir_fd, name in _walk.walk(src_fd):
+            _copy_entry(rel, st, dir_fd, name, dest / rel, copied, modes=modes)
+    except _walk.TreeChanged as exc:
+        copied.skip("the rest", f"{exc}: not copied")
     return copied
 
 
-def _copy_file(src_fd: int, name: str, target: Path, size: int) -> int:
+def _copy_entry(
+    rel: str,
+    st: os.stat_result,
+    dir_fd: int,
+    name: str,
+    target: Path,
+    copied: Copied,
+    *,
+    modes: bool = False,
+) -> None:
+    kind = kind_of(st.st_mode)
+    if len(str(target)) > PATH_MAX_CHARS:
+        copied.skip(rel, "a path too long for the host, not copied")
+        return
     try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=src_fd)
+        if kind == "symlink":
+            os.symlink(os.readlink(name, dir_fd=dir_fd), target)
+        elif kind == "directory":
+            target.mkdir(exist_ok=True)
+        elif kind != "file":
+            copied.skip(rel, f"{Entry(kind).describe()}, not copied")
+        elif st.st_blocks * 512 > copied.budget:
+            copied.skip(rel, f"{st.st_size} bytes, past the copy's budget")
+        else:
+            copied.budget -= copy_file(dir_fd, name, target, st.st_size)
+        if modes and kind in ("directory", "file") and target.exists():
+            os.chmod(target, stat.S_IMODE(st.st_mode))  # a path this copy made, never a link
+    except OSError as exc:
+        copied.skip(rel, f"not copied: {exc.strerror or exc}")
+
+
+def copy_file(dir_fd: int, name: str, target: Path, size: int) -> int:
+    """Copy a regular file sparse: only its data segments are read and written, its holes stay
+    holes. No more than `size` bytes (it may still be growing). Returns the data bytes copied."""
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
     except OSError:
         return 0
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return 0
         with open(target, "wb") as out:
-            left = size  # no more than was there when it was listed: it may still be growing
-            while left > 0 and (chunk := fh.read(min(left, CHUNK))):
-                out.write(chunk)
-                left -= len(chunk)
-    return size
+            copied = 0
+            for start, end in data_segments(fd, size):
+                left, at = end - start, start
+                while left > 0 and (chunk := os.pread(fd, min(left, CHUNK), at)):
+                    copied += write_sparse(out, chunk, at)
+                    left, at = left - len(chunk), at + len(chunk)
+            out.truncate(size)
+        return copied
+    finally:
+        os.close(fd)
+
+
+def data_segments(fd: int, size: int) -> Iterator[tuple[int, int]]:
+    """[start, end) of each run of data below `size`, by SEEK_DATA/SEEK_HOLE; the whole file
+    where the filesystem cannot tell."""
+    at = 0
+    while at < size:
+        try:
+            start = os.lseek(fd, at, os.SEEK_DATA)
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data past `at`: a hole to the end
+                return
+            yield at, size
+            return
+        if start >= size:
+            return
+        yield start, min(end, size)
+        at = end
+
+
+_ZEROS = memoryview(bytes(CHUNK))
+
+
+def write_sparse(out: BinaryIO, chunk: bytes, at: int) -> int:
+    """Write `chunk` at `at`, or leave a hole where it is all zeros; returns the bytes written.
+    The caller truncates the file to its size at the end (a hole there too)."""
+    written = 0
+    view = memoryview(chunk)
+    for offset in range(0, len(view), CHUNK):
+        piece = view[offset : offset + CHUNK]
+        if _ZEROS[: len(piece)] != piece:
+            out.seek(at + offset)
+            out.write(piece)
+            written += len(piece)
+    return written
 
 
 def digests(root: Path, rel: PurePosixPath = HERE) -> dict[str, str]:
@@ -246,7 +316,8 @@ def digests(root: Path, rel: PurePosixPath = HERE) -> dict[str, str]:
         return {".": f"symlink:{found.target}" if found.kind == "symlink" else found.kind}
     with closing_fd(fd):
         found = {".": "directory"}
-        for path, kind, dir_fd, name in _walk(fd, ""):
+        for path, st, dir_fd, name in _walk.walk(fd):
+            kind = kind_of(st.st_mode)
             link = os.readlink(name, dir_fd=dir_fd) if kind == "symlink" else ""
             found[path] = digest_of(kind, lambda: _filesha256_of(dir_fd, name), link)  # noqa: B023
         return found
@@ -254,12 +325,18 @@ def digests(root: Path, rel: PurePosixPath = HERE) -> dict[str, str]:
 
 def inventory(dir_fd: int) -> list[str]:
     """What a directory holds, one line per entry, for the evidence (at most LISTED_MAX)."""
-    lines = []
-    for path, kind, parent, name in _walk(dir_fd, ""):
-        if kind == "directory":
-            continue
-        lines.append(f"{path} ({_entry_at(parent, name, 0).describe()})")
-    return capped(lines)
+    lines, more = [], 0
+    try:
+        for path, st, parent, name in _walk.walk(dir_fd):
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            if len(lines) < LISTED_MAX:
+                lines.append(f"{shortened(path)} ({_entry_at(parent, name, 0).describe()})")
+            else:
+                more += 1
+    except _walk.TreeChanged as exc:
+        lines.append(f"and more ({exc})")
+    return lines + ([f"and {more} more"] if more else [])
 
 
 def renew_dir(root: Path, rel: PurePosixPath, keep_in: Path) -> tuple[str, ...]:
@@ -273,7 +350,7 @@ def renew_dir(root: Path, rel: PurePosixPath, keep_in: Path) -> tuple[str, ...]:
         if found.kind == "directory":
             with closing_fd(os.open(rel.name, _DIR_FLAGS, dir_fd=parent)) as fd:
                 listed = inventory(fd)
-                copy_tree(fd, keep_in)
+                copy_tree(fd, keep_in)  # what it could not keep is in the inventory too
         elif found.kind != "missing":
             listed = [f"{rel.name} itself ({found.describe()})"]
         for _ in range(3):  # a process of the sandbox may be recreating it meanwhile
@@ -312,23 +389,6 @@ def _copy_host_tree(src: Path, dest_fd: int) -> None:
             write_file(dest_fd, entry.name, Path(entry.path))
 
 
-def _walk(dir_fd: int, rel: str) -> Iterator[tuple[str, str, int, str]]:
-    """(relative path, kind, its directory's descriptor, its name), depth first, sorted."""
-    for name in sorted(os.listdir(dir_fd)):
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except OSError:
-            continue
-        kind = kind_of(st.st_mode)
-        yield f"{rel}{name}", kind, dir_fd, name
-        if kind == "directory":
-            with (
-                contextlib.suppress(OSError),
-                closing_fd(os.open(name, _DIR_FLAGS, dir_fd=dir_fd)) as child,
-            ):
-                yield from _walk(child, f"{rel}{name}/")
-
-
 def _filesha256_of(dir_fd: int, name: str) -> str:
     try:
         fh = os.fdopen(os.open(name, _FILE_FLAGS, dir_fd=dir_fd), "rb")
@@ -346,6 +406,17 @@ def digest_of(kind: str, sha256: Callable[[], str], target: str) -> str:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+SHOWN_PATH_CHARS = 160  # a path in the evidence: 1,100 nested folders make one of 2,200
+
+
+def shortened(path: str) -> str:
+    """`path` as the evidence names it: its start and its end when it is long."""
+    if len(path) <= SHOWN_PATH_CHARS:
+        return path
+    cut = len(path) - SHOWN_PATH_CHARS + 40
+    return f"{path[:40]}…({cut} characters)…{path[-(SHOWN_PATH_CHARS - 80) :]}"
 
 
 def capped(lines: list[str]) -> list[str]:

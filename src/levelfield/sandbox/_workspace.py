@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from levelfield.errors import SandboxStartError
+from levelfield.sandbox import _walk
 
 # Sandbox path → directory under the workspace. The workdir (usually /app) is added per task.
 LAYOUT = {
@@ -166,7 +166,8 @@ def destroy_workspace(workspace: Workspace) -> None:
     if workspace.image is not None:
         unmount(workspace.root)
         workspace.image.unlink(missing_ok=True)
-    shutil.rmtree(workspace.root, ignore_errors=True)
+    with contextlib.suppress(OSError):  # iterative: it holds the agent's deepest folders
+        _walk.remove_path(workspace.root)
 
 
 def unmount(path: Path) -> None:

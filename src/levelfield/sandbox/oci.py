@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import threading
@@ -35,9 +36,11 @@ from levelfield.sandbox import (
     _cgroup,
     _engine,
     _images,
+    _netns,
     _offline,
     _pull,
     _reconnect,
+    _seccomp,
     _volumes,
     _workspace,
 )
@@ -63,9 +66,9 @@ KEEPALIVE = ["/bin/sh", "-c", "while :; do sleep 3600 & wait; done"]
 CONFINEMENT: dict[str, Any] = {
     "cap_drop": ["ALL"],
     "cap_add": [cap.upper() for cap in DEFAULT_CAPABILITIES],
-    "security_opt": ["no-new-privileges"],
     "cgroupns": "private",
 }
+CONFINEMENT_OPTS = ["no-new-privileges"]  # and our seccomp profile (`_seccomp_opt`)
 API_TIMEOUT_S = 120  # one API call (not a phase: phases stream with no socket timeout)
 CPU_SHARES_PER_CPU = _cgroup.CPU_SHARES_PER_CPU
 NANO_CPUS_PER_CPU = 1_000_000_000
@@ -172,7 +175,8 @@ class OciBackend:
             cpu_floor="HostConfig.CpuShares = 1024 × CPUs",
             pids_ceiling="HostConfig.PidsLimit",
             storage_ceiling=self._storage_enforcement(),
-            isolation=f"OCI container ({where})",
+            isolation=f"OCI container ({where}); a default container's capabilities, "
+            "no-new-privileges, levelfield's seccomp profile; network: its own sealed link",
         )
 
     def start(
@@ -235,6 +239,9 @@ class OciBackend:
             sandbox.secrets = secrets or sandbox.secrets
             if self.settings.uv_shim:
                 sandbox.shim = _offline.shim_sources(self.settings.cache_dir)
+            # Harbor's default: network on unless task.toml turns it off (TB2 verifiers need it)
+            if task.allow_internet is not False:
+                sandbox.network = _link(self.options.run_id, trial_id, sandbox)
             sandbox.prepare(uv_shim=self.settings.uv_shim)
             return sandbox
         except BaseException as exc:
@@ -245,6 +252,13 @@ class OciBackend:
             if isinstance(exc, Exception) and not isinstance(exc, SandboxStartError):
                 raise SandboxStartError(f"container for {task.name}: {exc}") from exc
             raise
+
+    def _seccomp_opt(self) -> str:
+        """Our profile (_seccomp.py) on both engines: Podman's own default allows keyctl, and so
+        root's keyring on the host. Podman reads it from a file, Docker from the option itself."""
+        if self.report().engine == "podman":
+            return f"seccomp={_seccomp.engine_profile_file(DEFAULT_CAPABILITIES)}"
+        return "seccomp=" + json.dumps(_seccomp.engine_profile(DEFAULT_CAPABILITIES))
 
     def _storage_enforcement(self) -> str:
         volume = "a loop-mounted ext4 volume of the ceiling's size for WORKDIR, /tmp and /logs"
@@ -306,11 +320,14 @@ class OciBackend:
                 LABEL_TASK: task.name,
             },
         }
-        # Harbor's default: network on unless task.toml turns it off (TB2 verifiers need it).
-        network = self.report().network_for(task.allow_internet)
         try:
             host_config = api.create_host_config(
-                init=False, network_mode=network, mounts=mounts, **CONFINEMENT, **args
+                init=False,
+                network_mode="none",  # the trial's own link is attached after the start
+                mounts=mounts,
+                **CONFINEMENT,
+                security_opt=[*CONFINEMENT_OPTS, self._seccomp_opt()],
+                **args,
             )
             created = api.create_container(host_config=host_config, **config)
             api.start(created["Id"])
@@ -358,6 +375,7 @@ class OciBackend:
             with contextlib.suppress(Exception):
                 api.remove_volume(volume["Name"], force=True)
                 removed += 1
+        removed += _netns.reap(run_id)  # the containers are gone: nothing holds their links
         trials = (self.options.run_dir / "trials").resolve()
         disks.update(map(Path, _workspace.mounts_under(trials)))
         for disk in sorted(d for d in disks if d is not None):
@@ -414,6 +432,17 @@ def container_name(run_id: str, trial_id: str) -> str:
     raw = f"lf-{run_id}-{trial_id}"
     clean = re.sub(r"[^a-zA-Z0-9_.-]+", "-", raw)[:80]
     return f"{clean}-{hashlib.sha256(raw.encode()).hexdigest()[:8]}"
+
+
+def _link(run_id: str, trial_id: str, sandbox: OciSandbox) -> _netns.TrialNetwork:
+    """The trial's sealed link, in the container's namespace: only a local engine's."""
+    if sandbox.cgroup is None or not sandbox.init_pid:
+        raise HostUnsupported(
+            "a task with network needs its container's namespace on this host, to seal it from "
+            "the host and the other trials: run levelfield beside the engine, or set "
+            "allow_internet = false in the task's [environment]"
+        )
+    return _netns.attach(run_id, trial_id, sandbox.init_pid)
 
 
 def _bind_read_only(mounts: Sequence[ReadOnlyMount]) -> list[Any]:

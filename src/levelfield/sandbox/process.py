@@ -33,9 +33,11 @@ from levelfield.sandbox import (
     _bwrap,
     _cgroup,
     _kernel_oom,
+    _logcap,
     _netns,
     _output,
     _processes,
+    _seccomp,
     _tree,
     _workspace,
 )
@@ -83,6 +85,7 @@ class ProcessBackend:
         ]
         if os.geteuid() != 0:
             problems.append("the process backend writes cgroups and mounts: run as root")
+        problems += _seccomp.problems()
         try:
             _ = self.cgroups
         except HostUnsupported as exc:
@@ -99,7 +102,8 @@ class ProcessBackend:
             pids_ceiling="pids.max",
             storage_ceiling="loop-mounted ext4 of the ceiling's size",
             isolation=f"bubblewrap namespaces (pid, mount, ipc, uts, net, cgroup) on cgroup v{v}; "
-            "a default container's capabilities less mknod, no-new-privileges",
+            "a default container's capabilities less mknod, no-new-privileges, and its seccomp "
+            "profile with a new session keyring on every exec",
         )
 
     def start(
@@ -188,10 +192,12 @@ class ProcessSandbox:
         init: subprocess.Popen[bytes],
         init_pid: int,
         secrets: Masker,
+        logs: _logcap.LogCaps,
     ) -> None:
         self.task, self.limits, self.cgroup, self.workspace = task, limits, cgroup, workspace
         self._init, self.init_pid = init, init_pid
         self.secrets = secrets  # masked in every log as it is written
+        self.logs = logs  # each log capped, its cut noted in the evidence
         self._pumps: list[_output.LogPump] = []
         self._storage_full = False
         self._storage_peak = 0
@@ -219,6 +225,7 @@ class ProcessSandbox:
         """The init's own output (anything in the sandbox may write to its pid 1's stdout) goes
         to sandbox.log through a masking pump, like every phase's."""
         read_fd, write_fd = os.pipe()
+        seccomp_fd = _seccomp.open_filter()  # the init too: what is orphaned to it is filtered
         argv = _bwrap.bwrap_argv(
             workspace.binds,
             workdir=task.workdir,
@@ -227,27 +234,30 @@ class ProcessSandbox:
             read_only={m.target: m.source for m in mounts},
             cgroup_dirs=cgroup.dirs,
             hidden=hidden,
+            seccomp_fd=seccomp_fd,
         )
         argv = [*network.enter_argv(), *argv] if network is not None else argv
         out_read, out_write = os.pipe()
-        pump = _output.LogPump(out_read, trial_dir / "sandbox.log", secrets)
+        logs = _logcap.LogCaps()
+        pump = _output.LogPump(out_read, trial_dir / "sandbox.log", secrets, logs)
         try:
             init = subprocess.Popen(
                 _joined(cgroup, argv),
                 stdin=subprocess.DEVNULL,
                 stdout=out_write,
                 stderr=subprocess.STDOUT,
-                pass_fds=(write_fd,),
+                pass_fds=(write_fd, seccomp_fd),
                 env=BASE_ENV,  # not the harness's: its API keys would be in /proc/1/environ
             )
         finally:
             os.close(out_write)
+            os.close(seccomp_fd)
         os.close(write_fd)
         try:
             init_pid = _read_child_pid(read_fd, init, trial_dir / "sandbox.log", pump)
         finally:
             os.close(read_fd)
-        box = cls(task, limits, cgroup, workspace, init, init_pid, secrets)
+        box = cls(task, limits, cgroup, workspace, init, init_pid, secrets, logs)
         box.network, box.hidden = network, tuple(hidden)
         box._pumps.append(pump)
         return box
@@ -260,24 +270,18 @@ class ProcessSandbox:
         log_path: Path,
         env: Mapping[str, str] | None = None,
     ) -> PhaseResult:
-        """Run `command` with bash in the sandbox; kill its process group at the timeout."""
+        """Run `command` with bash in the sandbox; kill its process group at the timeout. It
+        enters under the seccomp profile, with a session keyring of its own (_seccomp.py)."""
         if not self.is_alive():
             raise SandboxDied(f"sandbox init {self.init_pid} is gone")
         full_env = {**BASE_ENV, **(env or {})}
-        argv = _joined(
-            self.cgroup,
-            [
-                *_bwrap.nsenter_argv(self.init_pid),
-                "bash",
-                "-c",
-                command,
-            ],
-        )
+        entering = [*_bwrap.nsenter_argv(self.init_pid), "bash", "-c", command]
+        argv = _seccomp.filtered_argv(_joined(self.cgroup, entering))
         started = time.monotonic()
         log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = _output.log_size(log_path)
         read_fd, write_fd = os.pipe()
-        pump = _output.LogPump(read_fd, log_path, self.secrets)
+        pump = _output.LogPump(read_fd, log_path, self.secrets, self.logs)
         try:
             proc = subprocess.Popen(
                 argv,
@@ -389,13 +393,16 @@ class ProcessSandbox:
             sandbox_alive=self.is_alive(),
             host_oom_kills=kills.host_oom_kills,
             outside_oom_kills=len(kills.outside),
-            notes=kills.notes(),
+            notes=(*kills.notes(), *self.logs.notes()),
         )
 
     def network_namespace(self) -> Path | None:
         """The init's namespace: the trial's own, joined to the host by a veth pair when the
         task has network (_netns.py), else holding only loopback."""
         return Path(f"/proc/{self.init_pid}/ns/net")
+
+    def reaches_outside(self) -> bool:
+        return self.network is not None
 
     def collect_logs(self, dest: Path) -> tuple[str, ...]:
         """Links stay links, FIFOs, sockets and devices stay behind: returns what was not copied."""
