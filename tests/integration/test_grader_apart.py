@@ -32,7 +32,7 @@ SEES = """
   echo "processes: $(cat /proc/[0-9]*/cmdline | tr '\\0' ' ')"
   ls -A "$HOME" | tr '\\n' ' '; echo "(home)"
   cat /app/made-by-agent
-  grep -E '^(CapEff|NoNewPrivs)' /proc/self/status | tr -s '\\t' ' '
+  grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t' ' '
 } > /logs/verifier/seen.txt
 echo 1 > /logs/verifier/reward.txt
 """
@@ -59,6 +59,7 @@ def test_the_grader_starts_clean_and_alone(make_task: MakeTask, tmp_path: Path) 
     assert "(home)" in seen and ".curlrc" not in seen  # a fresh HOME
     assert "work" in seen  # the agent's work state is there
     assert "CapEff: 00000000a00425fb" in seen and "NoNewPrivs: 1" in seen
+    assert "Seccomp: 2" in seen  # Docker's default profile, as the agent's phases have it
     assert any("sleep 300" in line for line in record.evidence.left_running)
     assert leftovers("api-run", tmp_path / "run") == []
 

@@ -39,7 +39,16 @@ from pathlib import Path, PurePosixPath
 from levelfield.errors import SandboxStartError
 from levelfield.masking import Masker
 from levelfield.records import PhaseResult
-from levelfield.sandbox import GraderView, Sandbox, _cgroup, _output, _tree, _witness, _workspace
+from levelfield.sandbox import (
+    GraderView,
+    Sandbox,
+    _cgroup,
+    _output,
+    _seccomp,
+    _tree,
+    _witness,
+    _workspace,
+)
 
 TESTS = PurePosixPath("/tests")
 VERIFIER = PurePosixPath("/logs/verifier")
@@ -177,18 +186,21 @@ class Grader:
         out_read, out_write = os.pipe()
         pump = _output.LogPump(out_read, log_path, self.secrets)
         started = time.monotonic()
+        profile = self._profile()
         try:
             proc = subprocess.Popen(
-                self.argv(command, block_fd=block_read),
+                self.argv(command, block_fd=block_read, seccomp_fd=profile),
                 stdin=subprocess.DEVNULL,
                 stdout=out_write,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                pass_fds=(block_read, *self.view.fds),
+                pass_fds=(block_read, *self.view.fds, *([profile] if profile >= 0 else [])),
                 env={**self.environment(), **(env or {})},
             )
         finally:
             os.close(out_write)  # the pump ends at the pipe's end, started or not
+            if profile >= 0:
+                os.close(profile)
         with self._lock:
             self._running.add(proc)
         if witness is not None:
@@ -213,7 +225,19 @@ class Grader:
         failed = "echo 'levelfield: the prelude of the grader failed' >&2"
         return f"(\n{prelude}\n) || {failed}\n{command}"
 
-    def argv(self, command: str, *, block_fd: int) -> list[str]:
+    def _profile(self) -> int:
+        """The seccomp profile every phase of the trial runs under (Docker's default, as
+        `_seccomp` writes it), for bubblewrap to load right before test.sh; -1 where it cannot
+        be compiled here (the trial's notes say so)."""
+        try:
+            return _seccomp.open_filter()
+        except (_seccomp.SeccompUnavailable, OSError) as exc:
+            note = f"the grader ran without the seccomp profile: {exc}"
+            if note not in self._notes:
+                self._notes.append(note)
+            return -1
+
+    def argv(self, command: str, *, block_fd: int, seccomp_fd: int = -1) -> list[str]:
         view = self.view
         caps = [arg for cap in view.capabilities for arg in ("--cap-add", f"CAP_{cap.upper()}")]
         argv = [
@@ -236,6 +260,8 @@ class Grader:
         for inside, (name, _) in LAYOUT.items():
             argv += ["--bind", str(self.disk / name), str(inside)]
         argv += ["--remount-ro", "/", "--chdir", str(view.workdir)]
+        if seccomp_fd >= 0:
+            argv += ["--seccomp", str(seccomp_fd)]
         argv += ["--block-fd", str(block_fd), "--", "bash", "-c", command]
         return _cgroup.joined(view.cgroup_procs, argv)
 
