@@ -39,7 +39,7 @@ from datetime import datetime
 from pathlib import Path
 
 from levelfield.harbor.importing import import_harbor
-from levelfield.sandbox._offline import DEFAULT_CACHE_DIR, UV_SHIM_INSTALL, UV_VERSION
+from levelfield.sandbox.oci._offline import DEFAULT_CACHE_DIR, UV_SHIM_INSTALL, UV_VERSION
 from levelfield.store import reading
 
 REPO = Path(__file__).resolve().parents[1]

@@ -53,7 +53,7 @@ def _expected_cgroup_version() -> None:
     """Inside the VM, a test that found cgroup v1 would prove nothing about v2."""
     expected = os.environ.get("LEVELFIELD_EXPECT_CGROUP")
     if expected:
-        from levelfield.sandbox._cgroup import detect
+        from levelfield.sandbox.cgroups import detect
 
         assert detect().version == int(expected), f"expected cgroup v{expected} here"
 

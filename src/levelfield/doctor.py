@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path, PurePosixPath
 
 from levelfield.errors import HostUnsupported
-from levelfield.sandbox import Backend, BackendOptions, Sandbox, _cgroup
+from levelfield.sandbox import Backend, BackendOptions, Sandbox, cgroups
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,15 +45,15 @@ def _root() -> Check:
 
 def _cgroups() -> list[Check]:
     try:
-        host = _cgroup.detect()
+        host = cgroups.detect()
     except HostUnsupported as exc:
         return [Check("cgroups", False, str(exc))]
     checks = [Check("cgroup version", True, host.describe())]
-    probe = _cgroup.TrialCgroup(host, "doctor", uuid.uuid4().hex[:8])
+    probe = cgroups.TrialCgroup(host, "doctor", uuid.uuid4().hex[:8])
     for name, path in probe.dirs.items():
         checks.append(_cgroup_writable(name, path, delegate=host.version == 2))
     for base in host.bases.values():
-        _cgroup.remove_tree(base / _cgroup.PREFIX / "doctor")
+        cgroups.remove_tree(base / cgroups.PREFIX / "doctor")
     if host.version == 2:
         checks.append(_memory_floor(host.bases["unified"]))
     return checks
@@ -63,7 +63,7 @@ def _cgroup_writable(name: str, path: Path, *, delegate: bool) -> Check:
     """On v2 the controllers must also be enabled down to the trial, as a trial's start does."""
     try:
         if delegate:
-            _cgroup.enable_v2_controllers(path)
+            cgroups.enable_v2_controllers(path)
         path.mkdir(parents=True, exist_ok=True)
     except HostUnsupported as exc:
         return Check(f"cgroup {name}", False, str(exc))
@@ -75,7 +75,7 @@ def _cgroup_writable(name: str, path: Path, *, delegate: bool) -> Check:
 
 def _memory_floor(own: Path) -> Check:
     """Floors are best effort, so a void memory.low is said, not failed."""
-    gap = _cgroup.unprotected_ancestor(own)
+    gap = cgroups.unprotected_ancestor(own)
     if gap is None:
         return Check("memory floor", True, f"memory.low protects trials as far as {own} is")
     return Check(
@@ -149,7 +149,7 @@ def _engines() -> list[Check]:
                 "oci",
             )
         ]
-    from levelfield.sandbox._engine import other_engine_urls
+    from levelfield.sandbox.oci import other_engine_urls
 
     report = engine_report()
     url = report.url if report.found else None
@@ -269,18 +269,14 @@ PROBE_IMAGES = ("debian:bookworm-slim", "ubuntu:24.04", "python:3.13-slim-bookwo
 
 def _agent_shell_oci(engine: Check) -> Check:
     """On an image the engine already has (doctor never pulls): a stand-in base if there."""
-    from levelfield.sandbox import _images, _pull
     from levelfield.sandbox.oci import OciBackend, OciSettings
 
     backend = OciBackend(_probe_options(), OciSettings(engine.url))
     where = backend.report().engine
-    tags = [t for i in backend.client.api.images() for t in i.get("RepoTags") or []]
-    tag = next((t for n in PROBE_IMAGES for t in tags if t == n or t.endswith(f"/{n}")), None)
-    found = _pull.inspect_image(backend.client, tag) if tag else None
-    if tag is None or found is None:
+    image = backend.present_image(PROBE_IMAGES)
+    if image is None:
         names = ", ".join(PROBE_IMAGES)
         return Check(f"agent shell ({where})", False, f"not tried: it has none of {names}", "oci")
-    image = _images.BuiltImage(tag, found["Id"], True, None, None, source="present")
     return _probe(backend, partial(backend.start_on, image), where, "oci")
 
 

@@ -1,11 +1,11 @@
 """Egress bandwidth two ways: what a trial moved (the meter), what the host's index gives (probe).
 
-The meter reads the byte counters of the trial's own network namespace (`sandbox/_netns.py` on
-`process`, the container's on `oci`) every NET_SAMPLE_EVERY_S and books them to the phase in
-progress. A sampling interval in which any byte moved is *busy*; throughput is the bytes over the
-busy time, so a trial that downloads for 2 s of a 60 s phase reports the download's rate, not a
-thirtieth of it. A transfer shorter than one interval still counts a whole interval: the rate is
-a lower bound at that resolution.
+The meter reads the byte counters of the trial's own network namespace (/proc/PID/net/dev; the
+sandbox gives it its own link, `sandbox/_netns.py`) every NET_SAMPLE_EVERY_S and books them to
+the phase in progress. A sampling interval in which any byte moved is *busy*; throughput is the
+bytes over the busy time, so a trial that downloads for 2 s of a 60 s phase reports the
+download's rate, not a thirtieth of it. A transfer shorter than one interval still counts a
+whole interval: the rate is a lower bound at that resolution.
 
 The probe times one fixed file from the package index pip is configured to use (PIP_INDEX_URL,
 then pip.conf's `index-url`, else PyPI), at most once every `every_s` per run, in a background
@@ -31,7 +31,6 @@ from types import TracebackType
 
 from levelfield.masking import Masker, url_password
 from levelfield.records import IndexProbe, NetworkUse
-from levelfield.sandbox._netns import NetCounters, counters
 
 NET_SAMPLE_EVERY_S = 0.05  # budget < 1 % of a core: benchmarks/network_overhead.py checks it
 DEFAULT_INDEX = "https://pypi.org/simple/"
@@ -46,6 +45,39 @@ PIP_CONFIG_FILES = (
     Path.home() / ".pip" / "pip.conf",
     Path.home() / ".config" / "pip" / "pip.conf",
 )
+
+
+@dataclass(frozen=True, slots=True)
+class NetCounters:
+    """Bytes and packets through every interface of a namespace but loopback."""
+
+    rx_bytes: int
+    tx_bytes: int
+    rx_packets: int = 0
+    tx_packets: int = 0
+
+
+
+def counters(pid: int) -> NetCounters | None:
+    """The namespace of `pid` as /proc/PID/net/dev sees it; None once the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/net/dev").read_text()
+    except OSError:
+        return None
+    return parse_net_dev(text)
+
+
+def parse_net_dev(text: str) -> NetCounters:
+    """`iface: rx_bytes rx_packets ... (8 fields) tx_bytes tx_packets ...`; loopback left out."""
+    rx = tx = rxp = txp = 0
+    for line in text.splitlines()[2:]:
+        name, _, rest = line.partition(":")
+        fields = rest.split()
+        if name.strip() == "lo" or len(fields) < 10:
+            continue
+        rx, rxp = rx + int(fields[0]), rxp + int(fields[1])
+        tx, txp = tx + int(fields[8]), txp + int(fields[9])
+    return NetCounters(rx, tx, rxp, txp)
 
 
 @dataclass

@@ -29,7 +29,7 @@ from levelfield.records import (
     Telemetry,
     TrialRecord,
 )
-from levelfield.sandbox import Backend, Sandbox, _scrub, _walk
+from levelfield.sandbox import Backend, Sandbox, scrub, trees
 from levelfield.tasks import Task
 from levelfield.telemetry import TrialWatch, host_context
 from levelfield.verifier import GRADER_LOGS, LEFT_BY_AGENT, run_verifier
@@ -106,7 +106,7 @@ def run_trial(
         grader_facts = {"left_running": log.left_running, "tampered": log.tampered}
         log.evidence = log.evidence.model_copy(update=grader_facts)
     record = _record(trial, ctx, log, decision, life, host)
-    _scrub.mask_files(trial_dir, life.secrets)  # what the sandbox left under /logs, as it was
+    scrub.mask_files(trial_dir, life.secrets)  # what the sandbox left under /logs, as it was
     return life.write(record, trial_dir)
 
 
@@ -287,7 +287,7 @@ def _place_grader_logs(trial_dir: Path) -> None:
 def _fresh_dir(path: Path) -> Path:
     """A half-done attempt from a killed run is discarded (its mounts were reaped at start)."""
     if path.exists():
-        _walk.remove_path(path)  # iterative: it may hold the agent's deepest folders
+        trees.remove_path(path)  # iterative: it may hold the agent's deepest folders
     path.mkdir(parents=True)
     return path
 

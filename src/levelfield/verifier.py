@@ -33,7 +33,7 @@ from typing import Protocol
 
 from levelfield.outcome import graded_nothing, grader_broken, named_reports
 from levelfield.records import PhaseResult
-from levelfield.sandbox import Sandbox, _tree, grader
+from levelfield.sandbox import Sandbox, grader, trees
 from levelfield.tasks import Task
 
 VERIFIER_DIR = PurePosixPath("/logs/verifier")
@@ -69,7 +69,7 @@ class Reader(Protocol):
     """Where the verifier reads what a path holds: the grader's disk for the grader's own paths,
     the sandbox for the rest (a report the grader wrote into the workdir)."""
 
-    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry: ...
+    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> trees.Entry: ...
 
 
 def run_verifier(task: Task, box: Sandbox, *, trial_dir: Path) -> Verdict:
@@ -92,7 +92,7 @@ def _apart(
     task: Task, box: Sandbox, judge: grader.Grader, trial_dir: Path, left_notes: list[str]
 ) -> Verdict:
     judge.copy_in(task.tests_dir, TESTS_DIR)
-    shipped = _tree.digests(task.tests_dir)
+    shipped = trees.digests(task.tests_dir)
     log = trial_dir / "verifier.log"
     offset = log.stat().st_size if log.exists() else 0
     phase = judge.run(TEST, timeout_s=task.verifier_timeout_s, log_path=log)
@@ -134,7 +134,7 @@ def _not_started(judge: grader.Grader) -> tuple[str, str | None]:
 def _in_sandbox(task: Task, box: Sandbox, trial_dir: Path, left_notes: list[str]) -> Verdict:
     """Where the grader cannot stand apart: in the agent's sandbox, checked from outside."""
     box.copy_in(task.tests_dir, TESTS_DIR)
-    shipped = _tree.digests(task.tests_dir)
+    shipped = trees.digests(task.tests_dir)
     before = _not_fresh(box, shipped)
     log = trial_dir / "verifier.log"
     offset = log.stat().st_size if log.exists() else 0
@@ -158,7 +158,7 @@ class _Both:
     judge: grader.Grader
     box: Sandbox
 
-    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
+    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> trees.Entry:
         if self.judge.owns(path):
             return self.judge.read_entry(path, max_bytes=max_bytes)
         return self.box.read_entry(path, max_bytes=max_bytes)
@@ -207,7 +207,7 @@ def _graded(task: Task, reader: Reader, box: Sandbox, output: str) -> tuple[str 
     except OSError:
         return None, None
     reports = {
-        path: _file(reader.read_entry(path, max_bytes=_tree.READ_MAX_BYTES))
+        path: _file(reader.read_entry(path, max_bytes=trees.READ_MAX_BYTES))
         for path in named_reports(test_sh, task.workdir)
     }
     nothing = graded_nothing(test_sh, output, reports)
@@ -217,7 +217,7 @@ def _graded(task: Task, reader: Reader, box: Sandbox, output: str) -> tuple[str 
     return nothing, grader_broken(output, changes if changes is not None else lambda: None)
 
 
-def _file(found: _tree.Entry) -> bytes | None:
+def _file(found: trees.Entry) -> bytes | None:
     return found.data if found.kind == "file" else None
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from levelfield.sandbox._cgroup import PREFIX, detect
+from levelfield.sandbox.cgroups import PREFIX, detect
 
 from ._helpers import leftovers, stored_count
 

@@ -14,8 +14,8 @@ from levelfield.policy import Policy
 from levelfield.records import TrialRecord
 from levelfield.runner import TrialContext, run_trial
 from levelfield.sandbox import BackendOptions, get_backend
-from levelfield.sandbox._cgroup import PREFIX, detect
-from levelfield.sandbox._workspace import mounts_under
+from levelfield.sandbox.cgroups import PREFIX, detect
+from levelfield.sandbox.disks import mounts_under
 from levelfield.store import reading
 from levelfield.tasks import load_task
 

@@ -98,7 +98,7 @@ def test_with_an_engine_each_task_runs_where_its_environment_is(
 @pytest.mark.parametrize("kind", sorted(ENGINES))
 def test_doctor_names_the_engine_and_its_version(kind: str) -> None:
     require(_engine_problems(ENGINES[kind], kind), f"the {kind} engine")
-    from levelfield.sandbox._engine import engine_report
+    from levelfield.sandbox.oci._engine import engine_report
 
     version = engine_report(ENGINES[kind]).version
     done = _levelfield("doctor", docker_host=ENGINES[kind])

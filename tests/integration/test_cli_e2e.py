@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from levelfield.sandbox._cgroup import detect
+from levelfield.sandbox.cgroups import detect
 
 from ..conftest import EXAMPLES, MakeTask
 

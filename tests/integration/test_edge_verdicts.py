@@ -18,7 +18,7 @@ from levelfield.policy import PRESETS
 from levelfield.records import Outcome, Reason, TrialRecord
 from levelfield.runner import TrialContext, run_trial
 from levelfield.sandbox import BackendOptions, get_backend
-from levelfield.sandbox._cgroup import detect, kill_cgroup_processes, remove_tree
+from levelfield.sandbox.cgroups import detect, kill_cgroup_processes, remove_tree
 from levelfield.store import reading
 from levelfield.tasks import load_task
 

@@ -269,7 +269,7 @@ def engine_on_a_small_disk(tmp_path: Path, stand_ins: str) -> Iterator[str]:
     """A private engine of the kind under test whose storage is a 512 MiB ext4 disk, loop-mounted,
     holding only the base image: a container's uncapped writes fill the engine's own disk. Its
     socket and exec root live under /run: a socket path is limited to 108 bytes."""
-    from levelfield.sandbox._workspace import mount_ext4, unmount
+    from levelfield.sandbox.disks import mount_ext4, unmount
 
     require([t for t in ("curl", "dockerd" if stand_ins == "docker" else "podman")
              if shutil.which(t) is None], "a private engine")  # fmt: skip

@@ -12,7 +12,7 @@ import pytest
 
 from levelfield.policy import PRESETS, Policy
 from levelfield.records import Outcome, Reason
-from levelfield.sandbox._cgroup import PREFIX, detect
+from levelfield.sandbox.cgroups import PREFIX, detect
 
 from ..conftest import MakeTask
 from ._helpers import leftovers, run_one, run_records, run_with_policy, stored_count

@@ -120,7 +120,7 @@ def _finished(proc: subprocess.Popen[str], jobs: Path) -> Path:
 
 def _no_cgroup_left(*harbor_pids: int) -> None:
     """Each Harbor process removes its run's cgroup as it exits."""
-    from levelfield.sandbox._cgroup import PREFIX, detect
+    from levelfield.sandbox.cgroups import PREFIX, detect
 
     bases = detect().bases.values()
     runs = [base / PREFIX / f"harbor-{pid}" for base in bases for pid in harbor_pids]
@@ -407,8 +407,8 @@ def test_what_a_killed_harbor_left_is_reaped_by_the_next_trial(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
     from levelfield.harbor import leftovers
-    from levelfield.sandbox._cgroup import PREFIX, detect
-    from levelfield.sandbox._workspace import mounts_under
+    from levelfield.sandbox.cgroups import PREFIX, detect
+    from levelfield.sandbox.disks import mounts_under
 
     root = make_task("doomed")
     doomed = subprocess.Popen(

@@ -22,8 +22,8 @@ import pytest
 from levelfield import errors
 from levelfield.hosted.record import EnvironmentRecord, read_record_file
 from levelfield.records import Outcome, Reason
-from levelfield.sandbox._cgroup import PREFIX, detect
-from levelfield.sandbox._workspace import mounts_under
+from levelfield.sandbox.cgroups import PREFIX, detect
+from levelfield.sandbox.disks import mounts_under
 from levelfield.store import reading
 
 from ..conftest import REPO, TB2_SAMPLE, require

@@ -154,7 +154,7 @@ def test_storage_ceiling_on_a_loop_mounted_volume_is_storage_exhausted(
 ) -> None:
     """Overlay here has no xfs pquota, so the engine refuses --storage-opt size: the ceiling
     becomes an ext4 volume of exactly its size, seeded with the image's own /app."""
-    from levelfield.sandbox._workspace import mounts_under
+    from levelfield.sandbox.disks import mounts_under
 
     dockerfile = "FROM debian:bookworm-slim\nWORKDIR /app\nCOPY seed.txt /app/seed.txt\n"
     fill = "dd if=/dev/zero of=/app/blob bs=1M count=40 && touch /app/done"
@@ -271,7 +271,7 @@ def test_kill_9_of_the_harness_then_reap_leaves_no_container(
     proc.wait()
     assert len(_containers(run_id)) == 1  # the dead harness left its container running
     from levelfield.sandbox import oci
-    from levelfield.sandbox._workspace import mounts_under
+    from levelfield.sandbox.disks import mounts_under
 
     assert mounts_under(tmp_path.resolve())  # and its storage volume's disk, mounted
     assert oci.OciBackend(BackendOptions(run_id, tmp_path)).reap(run_id) >= 1

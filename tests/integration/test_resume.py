@@ -105,7 +105,7 @@ def test_two_harnesses_reaping_the_same_dead_runs_at_once_both_finish() -> None:
     them removes vanish under the other's feet, which must not fail its trial."""
     import threading
 
-    from levelfield.sandbox._cgroup import PREFIX, detect, reap
+    from levelfield.sandbox.cgroups import PREFIX, detect, reap
 
     from ..conftest import missing_sandbox_prerequisites, require
 

@@ -19,7 +19,7 @@ from levelfield.sandbox import (
     Observables,
     ReadOnlyMount,
     Usage,
-    _tree,
+    trees,
 )
 from levelfield.sandbox._bwrap import system_binds
 from levelfield.tasks import Task
@@ -70,21 +70,21 @@ class ChrootSandbox:
         return PhaseResult(exit_code=code, duration_s=time.monotonic() - started)
 
     def copy_in(self, src: Path, dest: PurePosixPath) -> None:
-        _tree.copy_in(src, *self._split(dest))
+        trees.copy_in(src, *self._split(dest))
 
     def read_file(self, path: PurePosixPath) -> bytes | None:
         found = self.read_entry(path, max_bytes=1 << 20)
         return found.data if found.kind == "file" else None
 
-    # What the agent could have touched, read by the same rules as every backend (_tree.py).
-    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
-        return _tree.read_entry(*self._split(path), max_bytes=max_bytes)
+    # What the agent could have touched, read by the same rules as every backend (trees.py).
+    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> trees.Entry:
+        return trees.read_entry(*self._split(path), max_bytes=max_bytes)
 
     def digests(self, path: PurePosixPath) -> dict[str, str]:
-        return _tree.digests(*self._split(path))
+        return trees.digests(*self._split(path))
 
     def renew_dir(self, path: PurePosixPath, *, keep_in: Path) -> tuple[str, ...]:
-        return _tree.renew_dir(*self._split(path), keep_in)
+        return trees.renew_dir(*self._split(path), keep_in)
 
     def _split(self, path: PurePosixPath) -> tuple[Path, PurePosixPath]:
         for inside, outside in self.dirs.items():

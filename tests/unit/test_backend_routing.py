@@ -9,7 +9,7 @@ import pytest
 from levelfield.errors import HostUnsupported, RunConfigError
 from levelfield.records import TrialRecord
 from levelfield.sandbox import auto
-from levelfield.sandbox._pull import _split, repo_digest
+from levelfield.sandbox.oci._pull import _split, repo_digest
 from levelfield.tasks import load_task
 
 from ..conftest import MakeTask

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from levelfield.sandbox import _cgroup
-from levelfield.sandbox._cgroup import CgroupHost, TrialCgroup, _own_paths, _v1_mounts
+from levelfield.sandbox import cgroups
+from levelfield.sandbox.cgroups import CgroupHost, TrialCgroup, _own_paths, _v1_mounts
 
 PROC_CGROUP_V1 = """9:name=systemd:/
 8:pids:/
@@ -99,10 +99,10 @@ def test_memory_low_is_void_below_an_unprotected_ancestor(
     gap: str | None,
 ) -> None:
     """The kernel caps a cgroup's memory.low at its parent's effective one (cgroup-v2.rst)."""
-    monkeypatch.setattr(_cgroup, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(cgroups, "CGROUP_ROOT", tmp_path)
     own = _levels(tmp_path, lows)
     mounts = f"cgroup2 {tmp_path} cgroup2 {options} 0 0\n"
-    assert _cgroup.unprotected_ancestor(own, mounts) == (tmp_path / gap if gap else None)
+    assert cgroups.unprotected_ancestor(own, mounts) == (tmp_path / gap if gap else None)
 
 
 @pytest.mark.parametrize("own", ["/a.scope", "/a.scope/levelfield-harness"])
@@ -110,7 +110,7 @@ def test_v2_base_is_the_delegated_cgroup_even_from_the_harness_leaf(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own: str
 ) -> None:
     """A run started after another moved the scope's processes one down must find the same base."""
-    monkeypatch.setattr(_cgroup, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(cgroups, "CGROUP_ROOT", tmp_path)
     (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    host = _cgroup.detect(f"0::{own}\n", "")
+    host = cgroups.detect(f"0::{own}\n", "")
     assert (host.version, host.bases) == (2, {"unified": tmp_path / "a.scope"})

@@ -8,7 +8,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from levelfield.sandbox import _oci_grader, _processes
+from levelfield.sandbox import _processes
+from levelfield.sandbox.oci import _grader
 
 
 @pytest.mark.parametrize(
@@ -26,7 +27,7 @@ from levelfield.sandbox import _oci_grader, _processes
     ],
 )
 def test_which_start_up_files_come_from_the_image(path: str, reset: bool) -> None:
-    assert bool(_oci_grader.RESET.search(path)) is reset
+    assert bool(_grader.RESET.search(path)) is reset
 
 
 @pytest.mark.parametrize(
@@ -42,7 +43,7 @@ def test_which_start_up_files_come_from_the_image(path: str, reset: bool) -> Non
     ],
 )
 def test_python_start_up_hooks(path: str, hook: bool) -> None:
-    assert bool(_oci_grader.PYTHON_HOOK.search(path)) is hook
+    assert bool(_grader.PYTHON_HOOK.search(path)) is hook
 
 
 def test_a_hook_a_package_lists_is_the_package_s(tmp_path: Path) -> None:
@@ -53,7 +54,7 @@ def test_a_hook_a_package_lists_is_the_package_s(tmp_path: Path) -> None:
     )
     (site / "old.egg-info").mkdir()
     (site / "old.egg-info" / "installed-files.txt").write_text("../old.pth\n")
-    found = _oci_grader._installed(
+    found = _grader._installed(
         tmp_path, PurePosixPath("/usr/local/lib/python3.13/site-packages")
     )
     assert "__editable__.pkg-1.0.pth" in found and "old.pth" in found
@@ -67,12 +68,12 @@ def test_the_image_s_file_is_the_topmost_layer_s_unless_a_layer_removed_it(tmp_p
     (bottom / "etc" / "pip.conf").write_text("bottom")
     (middle / "etc" / "pip.conf").write_text("middle")
     layers = [top, middle, bottom]
-    assert _oci_grader._in_image(layers, PurePosixPath("/etc/pip.conf")) == middle / "etc/pip.conf"
-    assert _oci_grader._in_image(layers, PurePosixPath("/etc/wgetrc")) is None
+    assert _grader._in_image(layers, PurePosixPath("/etc/pip.conf")) == middle / "etc/pip.conf"
+    assert _grader._in_image(layers, PurePosixPath("/etc/wgetrc")) is None
     if os.geteuid() != 0:
         pytest.skip("a whiteout is a character device: root makes it")
     os.mknod(top / "etc" / "pip.conf", 0o600 | 0o020000, os.makedev(0, 0))
-    assert _oci_grader._in_image(layers, PurePosixPath("/etc/pip.conf")) is None
+    assert _grader._in_image(layers, PurePosixPath("/etc/pip.conf")) is None
 
 
 def test_addresses_read_as_the_kernel_writes_them() -> None:

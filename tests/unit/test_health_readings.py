@@ -14,8 +14,7 @@ from levelfield.health import (
     parse_pressure,
     read_pressures,
 )
-from levelfield.network import configured_index, without_credentials
-from levelfield.sandbox._netns import parse_net_dev
+from levelfield.network import configured_index, parse_net_dev, without_credentials
 
 # Documentation/accounting/psi.rst
 CPU_PSI = "some avg10=1.50 avg60=0.80 avg300=0.10 total=2000000\n"

@@ -129,7 +129,7 @@ def packages() -> tuple[str, ...]:
 
 
 def family(module: str) -> str:
-    """`levelfield.sandbox._tree` → `levelfield.sandbox`: the folder a module lives in under the
+    """`levelfield.sandbox.trees` → `levelfield.sandbox`: the folder a module lives in under the
     package (its family; a folder's own `__init__` is of it too), or the package itself for a
     top-level module."""
     parts = module.split(".")

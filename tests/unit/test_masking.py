@@ -4,7 +4,7 @@ from pathlib import Path
 
 from levelfield.masking import MASK, Masker, known_secrets
 from levelfield.records import PhaseResult
-from levelfield.sandbox._scrub import mask_files
+from levelfield.sandbox.scrub import mask_files
 
 KEY = "sk-ant-secret-0123456789"
 

@@ -1,4 +1,4 @@
-"""Reading and copying what a sandbox left, without trusting it (sandbox/_tree.py), on real files:
+"""Reading and copying what a sandbox left, without trusting it (sandbox/trees.py), on real files:
 links, FIFOs, sockets, directories where files belong, and paths that lead out through a link."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from levelfield.sandbox import _archive, _tree
+from levelfield.sandbox import archives, trees
 
 
 def _sandbox(tmp_path: Path) -> Path:
@@ -33,7 +33,7 @@ def _sandbox(tmp_path: Path) -> Path:
 
 def test_read_entry_never_follows_a_link_or_opens_a_fifo(tmp_path: Path) -> None:
     root = _sandbox(tmp_path)
-    read = lambda rel: _tree.read_entry(root, PurePosixPath(rel), max_bytes=64)  # noqa: E731
+    read = lambda rel: trees.read_entry(root, PurePosixPath(rel), max_bytes=64)  # noqa: E731
     link = read("verifier/reward.txt")
     assert (link.kind, link.target, link.data) == ("symlink", str(tmp_path / "host-secret"), None)
     assert read("verifier/fifo").kind == "fifo"  # returned at once: never opened
@@ -42,15 +42,15 @@ def test_read_entry_never_follows_a_link_or_opens_a_fifo(tmp_path: Path) -> None
     through = read("agent/host-secret")  # the host file, reached through a directory link
     assert (through.kind, through.at, through.data) == ("symlink", "agent", None)
     assert read("deep/dir/f").data == b"kept"
-    assert _tree.read_entry(root, PurePosixPath("deep/dir/f"), max_bytes=2).data is None
+    assert trees.read_entry(root, PurePosixPath("deep/dir/f"), max_bytes=2).data is None
 
 
 def test_copy_tree_keeps_links_as_links_and_lists_what_it_would_not_open(tmp_path: Path) -> None:
     root = _sandbox(tmp_path)
     dest = tmp_path / "kept"
-    fd = _tree.open_dir(root, _tree.HERE)
+    fd = trees.open_dir(root, trees.HERE)
     try:
-        copied = _tree.copy_tree(fd, dest)
+        copied = trees.copy_tree(fd, dest)
     finally:
         os.close(fd)
     assert os.readlink(dest / "verifier" / "reward.txt") == str(tmp_path / "host-secret")
@@ -68,7 +68,7 @@ def test_renew_dir_keeps_and_lists_what_was_there_and_leaves_a_new_empty_one(
 ) -> None:
     root = _sandbox(tmp_path)
     held = os.open(root / "verifier", os.O_RDONLY | os.O_DIRECTORY)  # a process kept it open
-    listed = _tree.renew_dir(root, PurePosixPath("verifier"), tmp_path / "left")
+    listed = trees.renew_dir(root, PurePosixPath("verifier"), tmp_path / "left")
     assert listed == (
         "fifo (a fifo)",
         'reward.json (a file of 13 bytes)',
@@ -82,7 +82,7 @@ def test_renew_dir_keeps_and_lists_what_was_there_and_leaves_a_new_empty_one(
         os.close(held)
     assert (tmp_path / "left" / "reward.json").read_text() == '{"reward": 0}'
     assert (tmp_path / "host-secret").read_text() == "1\n"
-    assert _tree.renew_dir(root, PurePosixPath("agent"), tmp_path / "left2") == (
+    assert trees.renew_dir(root, PurePosixPath("agent"), tmp_path / "left2") == (
         f"agent itself (a symbolic link to {tmp_path})",
     )
     assert (root / "agent").is_dir() and not (root / "agent").is_symlink()
@@ -92,27 +92,27 @@ def test_copy_in_replaces_a_link_instead_of_writing_through_it(tmp_path: Path) -
     root = _sandbox(tmp_path)
     src = tmp_path / "instruction.md"
     src.write_text("do the task")
-    _tree.copy_in(src, root, PurePosixPath("agent/instruction.md"))  # agent -> tmp_path
+    trees.copy_in(src, root, PurePosixPath("agent/instruction.md"))  # agent -> tmp_path
     assert not (tmp_path / "instruction.md.bak").exists()
     assert (root / "agent" / "instruction.md").read_text() == "do the task"
     assert not (root / "agent").is_symlink()
-    _tree.copy_in(src, root, PurePosixPath("verifier/reward.txt"))  # a link to a host file
+    trees.copy_in(src, root, PurePosixPath("verifier/reward.txt"))  # a link to a host file
     assert (tmp_path / "host-secret").read_text() == "1\n"
     assert (root / "verifier" / "reward.txt").read_text() == "do the task"
 
 
 def test_digests_see_links_and_kinds_and_agree_with_an_engine_archive(tmp_path: Path) -> None:
     root = _sandbox(tmp_path)
-    found = _tree.digests(root, PurePosixPath("verifier"))
+    found = trees.digests(root, PurePosixPath("verifier"))
     assert found["reward.txt"] == f"symlink:{tmp_path / 'host-secret'}"
     assert found["fifo"] == "fifo" and found["reward.json"].startswith("file:")
-    assert _tree.digests(root, PurePosixPath("agent")) == {".": f"symlink:{tmp_path}"}
+    assert trees.digests(root, PurePosixPath("agent")) == {".": f"symlink:{tmp_path}"}
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:  # as an engine archives /verifier
         tar.add(root / "verifier", arcname="verifier")
     buffer.seek(0)
     with tarfile.open(fileobj=buffer) as tar:
-        assert _archive.digests(tar) == found
+        assert archives.digests(tar) == found
 
 
 def test_extract_tar_writes_nothing_through_a_link_of_the_archive(tmp_path: Path) -> None:
@@ -132,7 +132,7 @@ def test_extract_tar_writes_nothing_through_a_link_of_the_archive(tmp_path: Path
         tar.addfile(fifo)
     buffer.seek(0)
     with tarfile.open(fileobj=buffer) as tar:
-        copied = _archive.extract(tar, tmp_path / "dest", strip_first=True)
+        copied = archives.extract(tar, tmp_path / "dest", strip_first=True)
     assert list(host.iterdir()) == []
     assert os.readlink(tmp_path / "dest" / "out") == str(host)
     assert copied.listed() == ("out/x (under a link, not copied)", "pipe (a fifo, not copied)")

@@ -26,7 +26,7 @@ from levelfield.policy import Limits
 from levelfield.records import TrialRecord
 from levelfield.runner import TrialContext, record_without_sandbox, run_trial
 from levelfield.sandbox import Backend, BackendOptions, get_backend
-from levelfield.sandbox._walk import remove_path
+from levelfield.sandbox.trees import remove_path
 
 NODE_ID_CHARS = 12  # Ray node ids are 56 hex digits; 12 keep reports readable and stay unique
 MAX_SHIPPED_BYTES = 64 << 20  # a trial directory larger than this stays on its node

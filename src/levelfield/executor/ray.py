@@ -73,7 +73,7 @@ from levelfield.plan import Trial
 from levelfield.policy import Limits
 from levelfield.records import Reason, TrialRecord
 from levelfield.runner import TrialContext, record_without_sandbox
-from levelfield.sandbox._archive import extract
+from levelfield.sandbox.archives import extract
 from levelfield.store import Store
 
 __all__ = ["IN_FLIGHT_ROOT", "RayExecutor", "RetryPolicy", "import_ray"]

@@ -25,7 +25,7 @@ from levelfield.harbor.record import RECORD_DIR
 from levelfield.hosted.commands import ExecCall, ceiling_hit, shell_command
 from levelfield.hosted.sandbox import HostedSandbox, Hosting
 from levelfield.policy import Policy
-from levelfield.sandbox import Sandbox, _tree
+from levelfield.sandbox import Sandbox, trees
 from levelfield.tasks import Task
 
 __all__ = ["ExecCall", "HarborBox", "ceiling_hit", "shell_command"]
@@ -102,7 +102,7 @@ class HarborBox(HostedSandbox):
             raise SandboxError(f"upload of {source} to {target} failed ({code}): {output[-500:]}")
 
     def download_file(self, source: str, target: Path) -> None:
-        found = self.entry(PurePosixPath(source), max_bytes=_tree.READ_MAX_BYTES)
+        found = self.entry(PurePosixPath(source), max_bytes=trees.READ_MAX_BYTES)
         data = found.data if found.kind == "file" else None
         if data is None:
             raise FileNotFoundError(f"{source} not found in the sandbox")

@@ -44,7 +44,7 @@ def reap_dead_runs(backend: Any, prefix: str) -> int:
 def _remove_own_run(backend: Any, own: str) -> None:
     """At the process's exit, its run's cgroup, empty once every trial has stopped (a trial
     still running keeps it, and the next process of the harness reaps it)."""
-    from levelfield.sandbox._cgroup import PREFIX
+    from levelfield.sandbox.cgroups import PREFIX
 
     for base in backend.cgroups.bases.values():
         with contextlib.suppress(OSError):
@@ -55,7 +55,7 @@ def _orphan_disks(prefix: str) -> int:
     """The process backend's trial disks, mounted in the hosted trials' record folders
     (`<record folder>/work`), which its own reap looks for under a levelfield run directory
     only."""
-    from levelfield.sandbox._workspace import mounts_under, unmount
+    from levelfield.sandbox.disks import mounts_under, unmount
 
     removed = 0
     for point in mounts_under(Path("/")):
@@ -75,7 +75,7 @@ def _orphan_disks(prefix: str) -> int:
 
 def _run_ids(backend: Any, prefix: str) -> set[str]:
     if backend.name == "process":
-        from levelfield.sandbox._cgroup import PREFIX
+        from levelfield.sandbox.cgroups import PREFIX
 
         found = set()
         for base in backend.cgroups.bases.values():

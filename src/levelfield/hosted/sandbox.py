@@ -36,7 +36,7 @@ from levelfield.masking import Masker, known_secrets
 from levelfield.outcome import PhaseLog, decide
 from levelfield.policy import Limits, Policy, apply_policy
 from levelfield.records import Evidence, PhaseResult, TrialRecord
-from levelfield.sandbox import BackendOptions, Sandbox, _tree, get_backend, grader
+from levelfield.sandbox import BackendOptions, Sandbox, get_backend, grader, trees
 from levelfield.sandbox.auto import route_task
 from levelfield.tasks import Task
 from levelfield.telemetry import host_context
@@ -233,7 +233,7 @@ class HostedSandbox:
         else:
             self.sandbox().copy_in(source, target)
 
-    def entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
+    def entry(self, path: PurePosixPath, *, max_bytes: int) -> trees.Entry:
         """What `path` is, read from outside: the grader's disk for its paths."""
         if self._grader is not None and self._grader.owns(path):
             return self._grader.read_entry(path, max_bytes=max_bytes)

@@ -42,7 +42,7 @@ from levelfield.errors import CeilingHit, LevelfieldError, SandboxStartError
 from levelfield.hosted.commands import ExecCall, split_stderr
 from levelfield.hosted.sandbox import HostedSandbox, Hosting, cache_dir
 from levelfield.inspect.config import record_folder_name, sandbox_config, task_of_sample
-from levelfield.sandbox._tree import READ_MAX_BYTES, Entry
+from levelfield.sandbox.trees import READ_MAX_BYTES, Entry
 from levelfield.verifier import parse_reward_json, parse_reward_txt
 
 RUN_PREFIX = "inspect-"

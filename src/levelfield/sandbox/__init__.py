@@ -18,7 +18,7 @@ from levelfield.errors import RunConfigError
 from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.records import Evidence, ImageRecord, PhaseResult
-from levelfield.sandbox._tree import Entry
+from levelfield.sandbox.trees import Entry
 from levelfield.tasks import Task
 
 # What a default Docker container holds (moby's oci/caps/defaults.go): no phase of any backend
@@ -122,7 +122,7 @@ class Sandbox(Protocol):
 
     def read_file(self, path: PurePosixPath) -> bytes | None: ...  # None unless a regular file
 
-    # What the agent could have touched is read without trusting it (_tree.py): links are never
+    # What the agent could have touched is read without trusting it (trees.py): links are never
     # followed, FIFOs and devices never opened, sizes capped.
     def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> Entry: ...
 

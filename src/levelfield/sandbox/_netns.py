@@ -2,11 +2,11 @@
 
 Why its own: a trial that shares the host's network namespace shares its counters too, so the
 bytes a trial downloaded could not be told from everything else the host moved. In its own
-namespace, `/proc/PID/net/dev` of any process in it counts the trial's traffic alone
-(`counters`). On `process` the namespace is made here (`create`); on `oci` it is the container's,
-started with the engine's `none` network, and the same link is attached to it (`attach`), so
-both engines and the process backend seal a trial the same way, whatever the engine's own
-networking (Docker without iptables has no bridge at all).
+namespace, `/proc/PID/net/dev` of any process in it counts the trial's traffic alone (the meter,
+`network.py`, reads it). On `process` the namespace is made here (`create`); on `oci` it is the
+container's, started with the engine's `none` network, and the same link is attached to it
+(`attach`), so both engines and the process backend seal a trial the same way, whatever the
+engine's own networking (Docker without iptables has no bridge at all).
 
 Sealed: a trial reaches the outside network through the host's default route and nothing else.
 Its packets to any of the host's own addresses (the gateway of its /30, the host's public
@@ -56,16 +56,6 @@ TOOLS = (("ip", "iproute2"), ("iptables", "iptables"), ("iptables-restore", "ipt
 
 
 @dataclass(frozen=True, slots=True)
-class NetCounters:
-    """Bytes and packets through every interface of a namespace but loopback."""
-
-    rx_bytes: int
-    tx_bytes: int
-    rx_packets: int = 0
-    tx_packets: int = 0
-
-
-@dataclass(frozen=True, slots=True)
 class TrialNetwork:
     name: str
     host_if: str
@@ -90,28 +80,6 @@ def problems() -> list[str]:
         for tool, pkg in TOOLS
         if shutil.which(tool) is None
     ]
-
-
-def counters(pid: int) -> NetCounters | None:
-    """The namespace of `pid` as /proc/PID/net/dev sees it; None once the process is gone."""
-    try:
-        text = Path(f"/proc/{pid}/net/dev").read_text()
-    except OSError:
-        return None
-    return parse_net_dev(text)
-
-
-def parse_net_dev(text: str) -> NetCounters:
-    """`iface: rx_bytes rx_packets ... (8 fields) tx_bytes tx_packets ...`; loopback left out."""
-    rx = tx = rxp = txp = 0
-    for line in text.splitlines()[2:]:
-        name, _, rest = line.partition(":")
-        fields = rest.split()
-        if name.strip() == "lo" or len(fields) < 10:
-            continue
-        rx, rxp = rx + int(fields[0]), rxp + int(fields[1])
-        tx, txp = tx + int(fields[8]), txp + int(fields[9])
-    return NetCounters(rx, tx, rxp, txp)
 
 
 def namespace_name(run_id: str, trial_id: str) -> str:

@@ -24,10 +24,10 @@ from levelfield.sandbox import (
     Enforcement,
     ReadOnlyMount,
     Sandbox,
-    _engine,
     get_backend,
 )
-from levelfield.sandbox._images import from_images
+from levelfield.sandbox.oci import _engine
+from levelfield.sandbox.oci._images import from_images
 from levelfield.tasks import Task
 
 SETUP_COMMAND = "scripts/oci_setup.sh"  # podman + its API socket; scripts/docker_setup.sh: Docker

@@ -42,12 +42,12 @@ from levelfield.records import PhaseResult
 from levelfield.sandbox import (
     GraderView,
     Sandbox,
-    _cgroup,
     _output,
     _seccomp,
-    _tree,
     _witness,
-    _workspace,
+    cgroups,
+    disks,
+    trees,
 )
 
 TESTS = PurePosixPath("/tests")
@@ -84,7 +84,7 @@ class Grader:
         backend cannot start the grader apart."""
         disk, image = trial_dir / "grader", trial_dir / "grader.img"
         disk.mkdir(parents=True, exist_ok=True)
-        _workspace.mount_ext4(image, disk, DISK_BYTES)
+        disks.mount_ext4(image, disk, DISK_BYTES)
         try:
             for name, mode in LAYOUT.values():
                 (disk / name).mkdir(exist_ok=True)
@@ -111,24 +111,24 @@ class Grader:
         raise SandboxStartError(f"{path} is not the grader's")
 
     def copy_in(self, src: Path, dest: PurePosixPath, *, merge: bool = False) -> None:
-        _tree.copy_in(src, *self.split(dest), merge=merge)
+        trees.copy_in(src, *self.split(dest), merge=merge)
 
-    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
-        return _tree.read_entry(*self.split(path), max_bytes=max_bytes)
+    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> trees.Entry:
+        return trees.read_entry(*self.split(path), max_bytes=max_bytes)
 
     def digests(self, path: PurePosixPath) -> dict[str, str]:
-        return _tree.digests(*self.split(path))
+        return trees.digests(*self.split(path))
 
     def keep_logs(self, dest: Path) -> tuple[str, ...]:
         """The grader's /logs/verifier, copied by the rules for anything a sandbox wrote (the
         tests run the agent's code): what was not copied is returned."""
         root, rel = self.split(VERIFIER)
         try:
-            fd = _tree.open_dir(root, rel)
+            fd = trees.open_dir(root, rel)
         except OSError:
             return ()
-        with _tree.closing_fd(fd):
-            return _tree.copy_tree(fd, dest).listed()
+        with trees.closing_fd(fd):
+            return trees.copy_tree(fd, dest).listed()
 
     # -- running ----------------------------------------------------------------------------
 
@@ -263,7 +263,7 @@ class Grader:
         if seccomp_fd >= 0:
             argv += ["--seccomp", str(seccomp_fd)]
         argv += ["--block-fd", str(block_fd), "--", "bash", "-c", command]
-        return _cgroup.joined(view.cgroup_procs, argv)
+        return cgroups.joined(view.cgroup_procs, argv)
 
     def environment(self) -> dict[str, str]:
         return {**self.view.env, "HOME": str(HOME), "TMPDIR": str(TMPDIR)}
@@ -318,7 +318,7 @@ def _last_words(log_path: Path, offset: int) -> str:
 
 
 def _release(disk: Path, image: Path) -> None:
-    _workspace.unmount(disk)
+    disks.unmount(disk)
     image.unlink(missing_ok=True)
     shutil.rmtree(disk, ignore_errors=True)
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from levelfield.sandbox import _tree
+from levelfield.sandbox import trees
 
 # What one archive may stream at most: a sparse file of terabytes streams as terabytes of zeros.
 # Past it, the archive ends where it was cut, and its last member is listed as not copied.
@@ -52,49 +52,49 @@ def member_kind(member: tarfile.TarInfo) -> str:
     return "socket"
 
 
-def entry(tar: tarfile.TarFile, *, max_bytes: int) -> _tree.Entry:
+def entry(tar: tarfile.TarFile, *, max_bytes: int) -> trees.Entry:
     """The archive's first member, which the engine names after the path asked for."""
     member = tar.next()
     if member is None:
-        return _tree.Entry("missing")
+        return trees.Entry("missing")
     kind = member_kind(member)
     if kind == "symlink":
-        return _tree.Entry(kind, target=member.linkname)
+        return trees.Entry(kind, target=member.linkname)
     if kind != "file":
-        return _tree.Entry(kind)
+        return trees.Entry(kind)
     if member.size > max_bytes:
-        return _tree.Entry("file", None, member.size)
+        return trees.Entry("file", None, member.size)
     extracted = tar.extractfile(member)
-    return _tree.Entry("file", extracted.read() if extracted is not None else b"", member.size)
+    return trees.Entry("file", extracted.read() if extracted is not None else b"", member.size)
 
 
 def digests(tar: tarfile.TarFile) -> dict[str, str]:
-    """As `_tree.digests`, for an archive of one directory (its first member)."""
+    """As `trees.digests`, for an archive of one directory (its first member)."""
     found: dict[str, str] = {}
     for member in tar:
-        content = lambda: _tree.sha256_of(tar.extractfile(member))  # noqa: E731, B023
-        found[_strip_first(member.name)] = _tree.digest_of(
+        content = lambda: trees.sha256_of(tar.extractfile(member))  # noqa: E731, B023
+        found[_strip_first(member.name)] = trees.digest_of(
             member_kind(member), content, member.linkname
         )
     return found
 
 
 def inventory(tar: tarfile.TarFile) -> list[str]:
-    """As `_tree.inventory`, for an archive of one directory."""
+    """As `trees.inventory`, for an archive of one directory."""
     lines = []
     for member in tar.getmembers():
         rel, kind = _strip_first(member.name), member_kind(member)
         if kind == "directory":
             continue
-        found = _tree.Entry(kind, b"", member.size, member.linkname if kind == "symlink" else "")
-        lines.append(f"{'itself' if rel == '.' else _tree.shortened(rel)} ({found.describe()})")
-    return _tree.capped(lines)
+        found = trees.Entry(kind, b"", member.size, member.linkname if kind == "symlink" else "")
+        lines.append(f"{'itself' if rel == '.' else trees.shortened(rel)} ({found.describe()})")
+    return trees.capped(lines)
 
 
-def extract(tar: tarfile.TarFile, dest: Path, *, strip_first: bool) -> _tree.Copied:
-    """Unpack `tar` into `dest` by `_tree.copy_tree`'s rules: regular files and directories,
+def extract(tar: tarfile.TarFile, dest: Path, *, strip_first: bool) -> trees.Copied:
+    """Unpack `tar` into `dest` by `trees.copy_tree`'s rules: regular files and directories,
     links as links, nothing through a link, FIFOs, sockets and devices listed instead of made."""
-    copied = _tree.Copied()
+    copied = trees.Copied()
     dest.mkdir(parents=True, exist_ok=True)
     parents = _Parents(dest)
     try:
@@ -108,7 +108,7 @@ def extract(tar: tarfile.TarFile, dest: Path, *, strip_first: bool) -> _tree.Cop
 
 
 class _Parents:
-    """The directory an archive member goes into, opened by `_tree.open_dir`'s rules. An archive
+    """The directory an archive member goes into, opened by `trees.open_dir`'s rules. An archive
     lists a folder before what it holds, so the last one opened is kept, and a member one level
     below it costs one openat, not a walk from the top: 1,100 nested folders stay linear."""
 
@@ -121,9 +121,9 @@ class _Parents:
         if last is not None and last[0] == rel:
             return os.dup(last[1])
         if last is not None and rel.parent == last[0] and rel.name not in ("", "."):
-            fd = _tree.open_dir_at(last[1], rel.name)
+            fd = trees.open_dir_at(last[1], rel.name)
         else:
-            fd = _tree.open_dir(self.dest, rel, create=True)
+            fd = trees.open_dir(self.dest, rel, create=True)
         self.close()
         self._last = (rel, os.dup(fd))
         return fd
@@ -139,7 +139,7 @@ def _extract_member(
     member: tarfile.TarInfo,
     parents: _Parents,
     strip_first: bool,
-    copied: _tree.Copied,
+    copied: trees.Copied,
 ) -> None:
     rel = _strip_first(member.name) if strip_first else _clean(member.name)
     if rel in (".", ""):
@@ -148,7 +148,7 @@ def _extract_member(
     if ".." in parts.parts:
         copied.skip(rel, "leads out of the tree, not copied")
         return
-    if len(str(parents.dest / rel)) > _tree.PATH_MAX_CHARS:
+    if len(str(parents.dest / rel)) > trees.PATH_MAX_CHARS:
         copied.skip(rel, "a path too long for the host, not copied")
         return
     try:
@@ -156,7 +156,7 @@ def _extract_member(
     except OSError:
         copied.skip(rel, "under a link, not copied")
         return
-    with _tree.closing_fd(parent):
+    with trees.closing_fd(parent):
         _unpack_member(tar, member, member_kind(member), parent, parts.name, copied, rel)
 
 
@@ -166,7 +166,7 @@ def _unpack_member(
     kind: str,
     parent: int,
     name: str,
-    copied: _tree.Copied,
+    copied: trees.Copied,
     rel: str,
 ) -> None:
     with contextlib.suppress(OSError):
@@ -174,10 +174,10 @@ def _unpack_member(
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o755, dir_fd=parent)
         elif kind == "symlink":
-            _tree.remove_entry(parent, name)
+            trees.remove_entry(parent, name)
             os.symlink(member.linkname, name, dir_fd=parent)
         elif kind != "file":
-            copied.skip(rel, f"{_tree.Entry(kind).describe()}, not copied")
+            copied.skip(rel, f"{trees.Entry(kind).describe()}, not copied")
         else:
             _unpack_file(tar, member, parent, name, copied, rel)
 
@@ -187,19 +187,19 @@ def _unpack_file(
     member: tarfile.TarInfo,
     parent: int,
     name: str,
-    copied: _tree.Copied,
+    copied: trees.Copied,
     rel: str,
 ) -> None:
     """Sparse: runs of zeros become holes, and only the data counts against the budget; a
     file whose data runs past the budget is removed and listed."""
     extracted = tar.extractfile(member)
-    _tree.remove_entry(parent, name)
+    trees.remove_entry(parent, name)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     data = 0
     with os.fdopen(os.open(name, flags, 0o644, dir_fd=parent), "wb") as out:
         at = 0
-        while extracted is not None and (chunk := extracted.read(_tree.CHUNK)):
-            data += _tree.write_sparse(out, chunk, at)
+        while extracted is not None and (chunk := extracted.read(trees.CHUNK)):
+            data += trees.write_sparse(out, chunk, at)
             at += len(chunk)
             if data > copied.budget:
                 break
@@ -216,7 +216,7 @@ def spool(stream: Iterable[bytes], out: BinaryIO, max_bytes: int = SPOOL_MAX_BYT
     at = 0
     for chunk in stream:
         piece = chunk[: max_bytes - at]
-        _tree.write_sparse(out, piece, at)
+        trees.write_sparse(out, piece, at)
         at += len(piece)
         if at >= max_bytes:
             break

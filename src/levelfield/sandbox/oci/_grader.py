@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from levelfield.sandbox import DEFAULT_CAPABILITIES, GraderView, _bwrap, _offline, _processes, _tree
+from levelfield.sandbox import DEFAULT_CAPABILITIES, GraderView, _bwrap, _processes, trees
+from levelfield.sandbox.oci import _offline
 
 SKIPPED_TOP = frozenset({"proc", "sys", "dev", "run", "tests", "etc"})
 LOGS = PurePosixPath("/logs")
@@ -68,7 +69,7 @@ class Container:
 
     inspected: Mapping[str, Any]
     init_pid: int
-    cgroup: Any  # _cgroup.TrialCgroup of the container, or None when not this host's
+    cgroup: Any  # cgroups.TrialCgroup of the container, or None when not this host's
     workdir: PurePosixPath
     engine_files: Mapping[str, bytes]  # /etc's engine-written files, as at the start
     changes: list[tuple[str, int]] | None  # the engine's diff against the image
@@ -190,7 +191,7 @@ def _volumes_and_logs(
             root += ["--bind" if rw else "--ro-bind", source, str(dest)]
     for name in ("agent", "artifacts"):
         try:
-            fd = _tree.open_dir(logs_base, PurePosixPath(name))
+            fd = trees.open_dir(logs_base, PurePosixPath(name))
         except OSError:
             notes.append(f"/logs/{name} is not a folder: the grader does not see it")
             continue
@@ -222,12 +223,12 @@ def _etc(merged: Path, dest: Path, container: Container, layers: list[Path]) -> 
     """The grader's /etc: the container's, copied as grading begins (links kept as links, modes
     kept), with the grader's start-up files taken from the image."""
     try:
-        fd = _tree.open_dir(merged, PurePosixPath("etc"))
+        fd = trees.open_dir(merged, PurePosixPath("etc"))
     except OSError:
         dest.mkdir(parents=True, exist_ok=True)
         return ["the container has no /etc folder: the grader's is empty"]
-    with _tree.closing_fd(fd):
-        copied = _tree.copy_tree(fd, dest, _tree.Copied(budget=ETC_COPY_MAX_BYTES), modes=True)
+    with trees.closing_fd(fd):
+        copied = trees.copy_tree(fd, dest, trees.Copied(budget=ETC_COPY_MAX_BYTES), modes=True)
     for name, content in container.engine_files.items():
         _write(dest, PurePosixPath(name), content)
     notes = [f"not copied into the grader's /etc: {entry}" for entry in copied.listed()]
@@ -250,10 +251,10 @@ def _resets(changes: list[tuple[str, int]] | None, layers: list[Path], etc: Path
             named.append(f"{path} ({how})")
     notes = []
     if reset:
-        shown = ", ".join(_tree.capped(reset))
+        shown = ", ".join(trees.capped(reset))
         notes.append(f"the grader's start took the image's {shown} in place of the agent's")
     if named:
-        shown = ", ".join(_tree.capped(named))
+        shown = ", ".join(trees.capped(named))
         notes.append(f"the grader ran where the agent had changed programs it may run: {shown}")
     return notes
 
@@ -263,12 +264,12 @@ def _restore(etc: Path, path: PurePosixPath, layers: list[Path]) -> bool:
     False for a folder (its files come one by one). The copy holds the agent's links: every
     step is taken without following one."""
     rel = PurePosixPath(*path.parts[2:])
-    with contextlib.suppress(OSError), _tree.closing_fd(_tree.open_dir(etc, rel.parent)) as fd:
+    with contextlib.suppress(OSError), trees.closing_fd(trees.open_dir(etc, rel.parent)) as fd:
         if stat.S_ISDIR(os.stat(rel.name, dir_fd=fd, follow_symlinks=False).st_mode):
             return False
     original = _in_image(layers, path)
     if original is None:
-        with contextlib.suppress(OSError), _tree.closing_fd(_tree.open_dir(etc, rel.parent)) as fd:
+        with contextlib.suppress(OSError), trees.closing_fd(trees.open_dir(etc, rel.parent)) as fd:
             os.unlink(rel.name, dir_fd=fd)
         return True
     with contextlib.suppress(OSError):
@@ -280,9 +281,9 @@ def _write(root: Path, rel: PurePosixPath, content: bytes, mode: int = 0o644) ->
     """`content` at `root/rel`, replacing whatever is there, never through a link."""
     with (
         contextlib.suppress(OSError),
-        _tree.closing_fd(_tree.open_dir(root, rel.parent, replace=True)) as fd,
+        trees.closing_fd(trees.open_dir(root, rel.parent, replace=True)) as fd,
     ):
-        _tree.remove_entry(fd, rel.name)
+        trees.remove_entry(fd, rel.name)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         with os.fdopen(os.open(rel.name, flags, mode, dir_fd=fd), "wb") as out:
             out.write(content)
@@ -315,10 +316,10 @@ def _python_hooks(
     notes = []
     if hidden:
         notes.append(f"Python start-up hooks of the agent's not run by the grader: "
-                     f"{', '.join(_tree.capped(hidden))}")  # fmt: skip
+                     f"{', '.join(trees.capped(hidden))}")  # fmt: skip
     if kept:
         notes.append(f"Python start-up hooks of the agent's the grader could not leave out: "
-                     f"{', '.join(_tree.capped(kept))}")  # fmt: skip
+                     f"{', '.join(trees.capped(kept))}")  # fmt: skip
     return notes
 
 
@@ -335,16 +336,16 @@ def _installed(merged: Path, site: PurePosixPath) -> set[str]:
     listed: set[str] = set()
     rel = PurePosixPath(*site.parts[1:])
     try:
-        fd = _tree.open_dir(merged, rel)
+        fd = trees.open_dir(merged, rel)
     except OSError:
         return listed
-    with _tree.closing_fd(fd):
+    with trees.closing_fd(fd):
         names = os.listdir(fd)
     for name in names:
         record = "RECORD" if name.endswith(".dist-info") else "installed-files.txt"
         if not name.endswith((".dist-info", ".egg-info")):
             continue
-        found = _tree.read_entry(merged, rel / name / record, max_bytes=RECORD_MAX_BYTES)
+        found = trees.read_entry(merged, rel / name / record, max_bytes=RECORD_MAX_BYTES)
         base = PurePosixPath(name) if record == "installed-files.txt" else PurePosixPath(".")
         for line in (found.data or b"").decode(errors="replace").splitlines():
             entry = line.split(",")[0].strip()

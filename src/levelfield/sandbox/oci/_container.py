@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from levelfield.errors import HostUnsupported, SandboxDied
-from levelfield.sandbox import _cgroup
+from levelfield.sandbox import cgroups
 
 EXEC_POLL_S = 0.25  # how often a running exec is inspected: ~1 API call per poll
 EXEC_DRAIN_S = 0.5  # output still in flight after the exec's main process ended
 EXEC_SETTLE_S = 2.0  # an engine's exec state lags its process's end by milliseconds; 2 s is ample
 
 
-def container_cgroup(pid: int, container_id: str) -> _cgroup.TrialCgroup | None:
+def container_cgroup(pid: int, container_id: str) -> cgroups.TrialCgroup | None:
     """The cgroup directories of a container's init, read from /proc/PID/cgroup on this host.
 
     Reuses `TrialCgroup`'s readers (the same counters as the process backend) on the engine's
@@ -37,21 +37,21 @@ def container_cgroup(pid: int, container_id: str) -> _cgroup.TrialCgroup | None:
     so a path without it is someone else's.
     """
     try:
-        own = _cgroup._own_paths(Path(f"/proc/{pid}/cgroup").read_text()) if pid else None
-        host = _cgroup.detect()
+        own = cgroups._own_paths(Path(f"/proc/{pid}/cgroup").read_text()) if pid else None
+        host = cgroups.detect()
     except (OSError, HostUnsupported):
         return None
     if not own or not any(container_id in path for path in own.values()):
         return None
     if host.version == 2:
-        dirs = {"unified": _cgroup.CGROUP_ROOT / own.get("", "/").lstrip("/")}
+        dirs = {"unified": cgroups.CGROUP_ROOT / own.get("", "/").lstrip("/")}
     else:
-        mounts = _cgroup._v1_mounts(Path("/proc/mounts").read_text())
-        dirs = {c: mounts[c] / own.get(c, "/").lstrip("/") for c in _cgroup.V1_CONTROLLERS}
-    return _cgroup.TrialCgroup.at(host, dirs)  # the engine's directories, not ours
+        mounts = cgroups._v1_mounts(Path("/proc/mounts").read_text())
+        dirs = {c: mounts[c] / own.get(c, "/").lstrip("/") for c in cgroups.V1_CONTROLLERS}
+    return cgroups.TrialCgroup.at(host, dirs)  # the engine's directories, not ours
 
 
-def memory_key(cgroup: _cgroup.TrialCgroup) -> str:
+def memory_key(cgroup: cgroups.TrialCgroup) -> str:
     return "unified" if cgroup.is_v2 else "memory"
 
 

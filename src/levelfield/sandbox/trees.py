@@ -6,7 +6,7 @@ host file (read on the host, it is the host's file), a FIFO (a read blocks forev
 where a file is expected, a gigabyte where a line is expected. Every walk here opens each path
 component with O_NOFOLLOW relative to its parent's descriptor, so a link anywhere on the path,
 even one swapped in while the walk runs, stops at that component instead of leading out of the
-sandbox's tree. Trees that come as an engine's archive are read by the same rules (_archive.py).
+sandbox's tree. Trees that come as an engine's archive are read by the same rules (archives.py).
 
 Bounded: every walk is `_walk.walk` (no recursion, one descriptor, however deep the tree); a
 copy writes a sparse file sparse (only its data is read, its holes stay holes) and counts only
@@ -27,6 +27,10 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from levelfield.sandbox import _walk
+
+# Removing a tree the agent made, without recursion and without following its links: for the
+# families that clean a trial's directory (the runner, a Ray node).
+remove_path = _walk.remove_path
 
 COPY_MAX_BYTES = 256 << 20  # data one collection copies at most (holes are free); the rest listed
 PATH_MAX_CHARS = 4000  # a copy's path on the host stays under PATH_MAX (4096), with room

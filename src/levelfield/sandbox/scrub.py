@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from levelfield.masking import Masker
-from levelfield.sandbox import _tree, _walk
+from levelfield.sandbox import _walk, trees
 
 CHUNK = 1 << 20
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -66,7 +66,7 @@ def _mask_file(dir_fd: int, name: str, size: int, masker: Masker) -> int:
 
 
 def _holds_secret(fd: int, size: int, masker: Masker) -> bool:
-    for start, end in _tree.data_segments(fd, size):
+    for start, end in trees.data_segments(fd, size):
         writer = masker.writer(io.BytesIO())
         for chunk in _chunks(fd, start, end):
             writer.write(chunk)
@@ -81,7 +81,7 @@ def _holds_secret(fd: int, size: int, masker: Masker) -> bool:
 def _rewrite(fd: int, size: int, masker: Masker, out: BinaryIO) -> None:
     """Each data segment masked, each hole a hole of the same length."""
     at = 0
-    for start, end in _tree.data_segments(fd, size):
+    for start, end in trees.data_segments(fd, size):
         out.seek(out.tell() + start - at)
         writer = masker.writer(out)
         for chunk in _chunks(fd, start, end):

@@ -30,20 +30,16 @@ from levelfield.sandbox import (
     GraderView,
     Observables,
     Usage,
-    _archive,
-    _cgroup,
-    _container,
-    _engine,
     _kernel_oom,
     _logcap,
     _netns,
-    _oci_grader,
-    _offline,
     _output,
-    _tree,
-    _volumes,
-    _workspace,
+    archives,
+    cgroups,
+    disks,
+    trees,
 )
+from levelfield.sandbox.oci import _container, _engine, _grader, _offline, _volumes
 from levelfield.tasks import Task
 
 LOG_DIRS = ("logs", "logs/agent", "logs/verifier", "logs/artifacts")
@@ -55,14 +51,14 @@ class _Snapshot:
     """The last counters read while the container's cgroup existed: an OOM kill of the init
     takes the container, and its cgroup, with it."""
 
-    counters: _cgroup.Counters = field(default_factory=_cgroup.Counters)
+    counters: cgroups.Counters = field(default_factory=cgroups.Counters)
     engine_oom_killed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class _Archived:
     tar: tarfile.TarFile
-    kind: str  # what the path itself is (_tree.Entry.kind)
+    kind: str  # what the path itself is (trees.Entry.kind)
     target: str  # a link's target
 
 
@@ -84,7 +80,7 @@ class OciSandbox:
                 "oom events and, where this host's kernel ran it, the kernel log"
             )
         self.kernel = _kernel_oom.KernelOomWatch()  # OOM kills, whoever's limit, from now on
-        self.host_disk = _workspace.HostDiskWatch(_upper_dir(inspected) if self.cgroup else None)
+        self.host_disk = disks.HostDiskWatch(_upper_dir(inspected) if self.cgroup else None)
         # With the engine's quota (StorageOpt size=) the writable layer is the trial's own disk,
         # and statvfs there reads the quota: its running out is the trial's ceiling.
         self._layer_capped = bool((inspected.get("HostConfig") or {}).get("StorageOpt"))
@@ -110,12 +106,12 @@ class OciSandbox:
         self._uv_shim = uv_shim
         if self.cgroup is not None:
             inspected = self.api.inspect_container(self.container_id)
-            self._engine_files = _oci_grader.snapshot_engine_files(inspected)
+            self._engine_files = _grader.snapshot_engine_files(inspected)
 
     def grader_view(self, scratch: Path) -> GraderView | None:
-        """The container's filesystem, entered from this host (`_oci_grader.py`)."""
+        """The container's filesystem, entered from this host (`_grader.py`)."""
         self._require_alive()
-        container = _oci_grader.Container(
+        container = _grader.Container(
             inspected=self.api.inspect_container(self.container_id),
             init_pid=self.init_pid,
             cgroup=self.cgroup,
@@ -124,7 +120,7 @@ class OciSandbox:
             changes=self.changes(),
             shim=self.shim if self._uv_shim else None,
         )
-        return _oci_grader.grader_view(container, scratch)
+        return _grader.grader_view(container, scratch)
 
     def exec(
         self,
@@ -195,18 +191,18 @@ class OciSandbox:
             return False
 
     def read_file(self, path: PurePosixPath) -> bytes | None:
-        found = self.read_entry(path, max_bytes=_tree.READ_MAX_BYTES)
+        found = self.read_entry(path, max_bytes=trees.READ_MAX_BYTES)
         return found.data if found.kind == "file" else None
 
-    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
+    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> trees.Entry:
         """What `path` itself is comes from the engine's stat of it: Podman's archive of a link
         holds the link's target, Docker's the link."""
         with self._fetch(path) as found:
             if found is None:
-                return _tree.Entry("missing")
+                return trees.Entry("missing")
             if found.kind != "file":
-                return _tree.Entry(found.kind, target=found.target)
-            return _archive.entry(found.tar, max_bytes=max_bytes)
+                return trees.Entry(found.kind, target=found.target)
+            return archives.entry(found.tar, max_bytes=max_bytes)
 
     def digests(self, path: PurePosixPath) -> dict[str, str]:
         """{} when the container is gone: nothing can be said of its files then."""
@@ -215,7 +211,7 @@ class OciSandbox:
                 return {".": "missing"} if self._state() else {}
             if found.kind == "symlink":
                 return {".": f"symlink:{found.target}"}
-            return _archive.digests(found.tar) if found.kind == "directory" else {".": found.kind}
+            return archives.digests(found.tar) if found.kind == "directory" else {".": found.kind}
 
     def renew_dir(self, path: PurePosixPath, *, keep_in: Path) -> tuple[str, ...]:
         """What the agent left is kept from the engine's archive; the removal runs in the
@@ -223,10 +219,10 @@ class OciSandbox:
         listed: list[str] = []
         with self._fetch(path) as found:
             if found is not None and found.kind == "directory":
-                _archive.extract(found.tar, keep_in, strip_first=True)
-                listed = _archive.inventory(found.tar)
+                archives.extract(found.tar, keep_in, strip_first=True)
+                listed = archives.inventory(found.tar)
             elif found is not None:
-                listed = [f"itself ({_tree.Entry(found.kind, target=found.target).describe()})"]
+                listed = [f"itself ({trees.Entry(found.kind, target=found.target).describe()})"]
         self._quiet(["rm", "-rf", "--", str(path)], check=False)
         parents = [str(PurePosixPath(*path.parts[1 : i + 1])) for i in range(1, len(path.parts))]
         self._put(PurePosixPath("/"), _container.dirs_tar(tuple(parents)))  # /logs, /logs/verifier
@@ -241,12 +237,12 @@ class OciSandbox:
         with tempfile.TemporaryFile() as spool:
             try:
                 stream, stat = self.api.get_archive(self.container_id, str(path))
-                _archive.spool(stream, spool)
+                archives.spool(stream, spool)
             except docker.errors.APIError:
                 yield None
                 return
             spool.seek(0)
-            kind = _archive.stat_kind(int(stat.get("mode") or 0))
+            kind = archives.stat_kind(int(stat.get("mode") or 0))
             target = str(stat.get("linkTarget") or "") if kind == "symlink" else ""
             with tarfile.open(fileobj=spool) as tar:
                 yield _Archived(tar, kind, target)
@@ -311,7 +307,7 @@ class OciSandbox:
             storage_used_bytes=self._storage_peak if self.volume is not None else None,
             storage_ceiling_bytes=self.limits.storage_ceiling_bytes,
             storage_full=self._storage_full or (self._layer_capped and self.host_disk.full),
-            storage_written_bytes=_workspace.written_bytes(self.volume.image)
+            storage_written_bytes=disks.written_bytes(self.volume.image)
             if self.volume is not None
             else None,
             host_disk_free_min_bytes=self.host_disk.least_free_bytes,
@@ -365,15 +361,15 @@ class OciSandbox:
         dest.mkdir(parents=True, exist_ok=True)
         if self.volume is not None:
             try:
-                fd = _tree.open_dir(self.volume.root, PurePosixPath("logs"))
+                fd = trees.open_dir(self.volume.root, PurePosixPath("logs"))
             except OSError:
                 return ()
-            with _tree.closing_fd(fd):
-                return _tree.copy_tree(fd, dest).listed()
+            with trees.closing_fd(fd):
+                return trees.copy_tree(fd, dest).listed()
         with self._fetch(PurePosixPath("/logs")) as found:
             if found is None or found.kind != "directory":
                 return ()
-            return _archive.extract(found.tar, dest, strip_first=True).listed()
+            return archives.extract(found.tar, dest, strip_first=True).listed()
 
     def close(self) -> None:
         if self._closed:

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from levelfield.errors import SandboxStartError
-from levelfield.sandbox import _workspace
+from levelfield.sandbox import disks
 
 CAPPED_PATHS = (PurePosixPath("/tmp"), PurePosixPath("/logs"))  # plus the task's WORKDIR
 
@@ -44,7 +44,7 @@ class StorageVolume:
         return None
 
     def is_full(self, free_bytes: int) -> bool:
-        return _workspace.Workspace(self.root, self.image, {}).is_full(free_bytes)
+        return disks.is_full(self.root, free_bytes)
 
     def describe(self) -> str:
         paths = ", ".join(str(p) for _, p in self.volumes)
@@ -65,7 +65,7 @@ def create_volume(
     """Make and mount the disk, one directory and engine volume per capped path."""
     root, image = trial_dir / "disk", trial_dir / "disk.img"
     root.mkdir(parents=True, exist_ok=True)
-    _workspace.mount_ext4(image, root, size_bytes)
+    disks.mount_ext4(image, root, size_bytes)
     volumes: list[tuple[str, PurePosixPath]] = []
     try:
         for path in dict.fromkeys((workdir, *CAPPED_PATHS)):
@@ -96,9 +96,9 @@ def disk_of(volume: dict[str, Any]) -> Path | None:
 
 def release_disk(root: Path) -> int:
     """Unmount a trial's disk and delete its image; 1 if there was one to release."""
-    if not _workspace.is_mounted(root):
+    if not disks.is_mounted(root):
         return 0
-    _workspace.unmount(root)
+    disks.unmount(root)
     (root.parent / "disk.img").unlink(missing_ok=True)
     return 1
 
@@ -108,7 +108,7 @@ def remove_volume(api: Any, volume: StorageVolume) -> None:
     for name, _ in volume.volumes:
         with contextlib.suppress(Exception):
             api.remove_volume(name, force=True)
-    _workspace.unmount(volume.root)
+    disks.unmount(volume.root)
     volume.image.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         volume.root.rmdir()

@@ -1,9 +1,7 @@
-"""The `process` backend: a trial cgroup for the limits, bubblewrap namespaces for isolation.
+"""A started `process` trial: the bubblewrap init in the trial cgroup, entered by each phase with
+nsenter (under the seccomp profile, `_seccomp.filtered_argv`), and read from the host.
 
-Start = a trial cgroup with the limits written, a workspace (capped disk), and an idle bwrap init
-inside the cgroup; every phase enters the init's namespaces with nsenter, so background processes
-an agent starts are still there for the verifier, as in a container. Teardown kills the cgroup's
-processes, removes it and unmounts the disk; `reap` does the same for what a killed run left.
+Kept apart from the backend (`__init__.py`), which makes it, so that each reads as one concept.
 """
 
 from __future__ import annotations
@@ -11,36 +9,33 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import ClassVar
 
-from levelfield.errors import HostUnsupported, SandboxDied, SandboxStartError
+from levelfield.errors import SandboxDied, SandboxStartError
 from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.records import Evidence, ImageRecord, PhaseResult
 from levelfield.sandbox import (
-    BackendOptions,
-    Enforcement,
     GraderView,
     Observables,
     ReadOnlyMount,
     Usage,
     _bwrap,
-    _cgroup,
     _kernel_oom,
     _logcap,
     _netns,
     _output,
     _processes,
     _seccomp,
-    _tree,
-    _workspace,
+    cgroups,
+    disks,
+    trees,
 )
+from levelfield.sandbox.process import _workspace
 from levelfield.tasks import Task
 
 INIT_START_TIMEOUT_S = 10.0
@@ -53,131 +48,6 @@ BASE_ENV = {
 }
 
 
-class ProcessBackend:
-    name: ClassVar[str] = "process"
-
-    def __init__(self, options: BackendOptions) -> None:
-        self.options = options
-        self._host: _cgroup.CgroupHost | None = None
-
-    @property
-    def cgroups(self) -> _cgroup.CgroupHost:
-        if self._host is None:
-            self._host = _cgroup.detect()
-        return self._host
-
-    def hidden(self, task: Task) -> list[Path]:
-        """What the agent must not read though it lies in a bound system directory: the host's
-        root-only entries, the run directory and the dataset."""
-        private = _bwrap.host_private_entries()
-        return [*private, self.options.run_dir.resolve(), task.path.resolve().parent]
-
-    def check(self) -> list[str]:
-        problems = [
-            f"{tool} not found on PATH (Debian: apt-get install {pkg})"
-            for tool, pkg in (
-                ("bwrap", "bubblewrap"),
-                ("nsenter", "util-linux"),
-                ("setpriv", "util-linux"),
-                ("mkfs.ext4", "e2fsprogs"),
-            )
-            if shutil.which(tool) is None
-        ]
-        if os.geteuid() != 0:
-            problems.append("the process backend writes cgroups and mounts: run as root")
-        problems += _seccomp.problems()
-        try:
-            _ = self.cgroups
-        except HostUnsupported as exc:
-            problems.append(str(exc))
-        return problems
-
-    def enforcement(self) -> Enforcement:
-        v = self.cgroups.version
-        return Enforcement(
-            memory_ceiling="memory.limit_in_bytes" if v == 1 else "memory.max",
-            memory_floor="memory.soft_limit_in_bytes" if v == 1 else "memory.low",
-            cpu_ceiling="cpu.cfs_quota_us" if v == 1 else "cpu.max",
-            cpu_floor="cpu.shares" if v == 1 else "cpu.weight",
-            pids_ceiling="pids.max",
-            storage_ceiling="loop-mounted ext4 of the ceiling's size",
-            isolation=f"bubblewrap namespaces (pid, mount, ipc, uts, net, cgroup) on cgroup v{v}; "
-            "a default container's capabilities less mknod, no-new-privileges, and its seccomp "
-            "profile with a new session keyring on every exec",
-        )
-
-    def start(
-        self,
-        task: Task,
-        limits: Limits,
-        *,
-        trial_id: str,
-        trial_dir: Path,
-        mounts: Sequence[ReadOnlyMount] = (),
-        secrets: Masker | None = None,
-    ) -> ProcessSandbox:
-        problems = self.check()
-        if problems:
-            raise HostUnsupported("; ".join(problems))
-        cgroup = _cgroup.TrialCgroup(self.cgroups, self.options.run_id, trial_id)
-        workspace = network = None
-        try:
-            cgroup.create(limits)
-            workspace = _workspace.create_workspace(
-                trial_dir, task.workdir, limits.storage_ceiling_bytes
-            )
-            _seed_workdir(task, workspace.binds[task.workdir])
-            if task.allow_internet:  # its own namespace, so that its byte counters are its own
-                network = _netns.create(self.options.run_id, trial_id)
-            return ProcessSandbox.launch(
-                task,
-                limits,
-                cgroup,
-                workspace,
-                trial_dir,
-                network=network,
-                mounts=mounts,
-                hidden=self.hidden(task),
-                secrets=secrets or Masker(),
-            )
-        except BaseException:
-            cgroup.kill_all()
-            cgroup.remove()
-            if network is not None:
-                _netns.destroy(network)
-            if workspace is not None:
-                _workspace.destroy_workspace(workspace)
-            raise
-
-    def reap(self, run_id: str) -> int:
-        """Processes, cgroups and mounted disks of `run_id`'s trials that a dead harness left."""
-        removed = len({path.name for path in _cgroup.reap(self.cgroups, run_id)})  # trials
-        removed += _netns.reap(run_id)  # after the cgroups: no process holds a namespace then
-        trials = (self.options.run_dir / "trials").resolve()
-        for point in _workspace.mounts_under(trials):
-            _workspace.unmount(Path(point))
-            removed += 1
-        return removed
-
-
-def create(options: BackendOptions) -> ProcessBackend:
-    return ProcessBackend(options)
-
-
-def _seed_workdir(task: Task, workdir: Path) -> None:
-    """The build context (environment/ minus the Dockerfile) is what the image would hold."""
-    if not task.environment_dir.is_dir():
-        return
-    for entry in task.environment_dir.iterdir():
-        if entry.name == "Dockerfile":
-            continue
-        target = workdir / entry.name
-        if entry.is_dir():
-            shutil.copytree(entry, target, symlinks=True, dirs_exist_ok=True)
-        else:
-            shutil.copy2(entry, target)
-
-
 class ProcessSandbox:
     """A started trial: the bwrap init in the trial cgroup, entered by each phase."""
 
@@ -187,7 +57,7 @@ class ProcessSandbox:
         self,
         task: Task,
         limits: Limits,
-        cgroup: _cgroup.TrialCgroup,
+        cgroup: cgroups.TrialCgroup,
         workspace: _workspace.Workspace,
         init: subprocess.Popen[bytes],
         init_pid: int,
@@ -206,14 +76,14 @@ class ProcessSandbox:
         self.network: _netns.TrialNetwork | None = None
         self.hidden: tuple[Path, ...] = ()  # what the sandbox's views cover (the harness's own)
         self.kernel = _kernel_oom.KernelOomWatch()  # the host's OOM killer, from the start
-        self.host_disk = _workspace.HostDiskWatch(None if workspace.image else workspace.root)
+        self.host_disk = disks.HostDiskWatch(None if workspace.image else workspace.root)
 
     @classmethod
     def launch(
         cls,
         task: Task,
         limits: Limits,
-        cgroup: _cgroup.TrialCgroup,
+        cgroup: cgroups.TrialCgroup,
         workspace: _workspace.Workspace,
         trial_dir: Path,
         *,
@@ -338,24 +208,24 @@ class ProcessSandbox:
 
     def copy_in(self, src: Path, dest: PurePosixPath) -> None:
         """Never writes through a link the agent made (it would land on the host)."""
-        _tree.copy_in(src, *self.workspace.split(dest))
+        trees.copy_in(src, *self.workspace.split(dest))
 
     def read_file(self, path: PurePosixPath) -> bytes | None:
-        found = self.read_entry(path, max_bytes=_tree.READ_MAX_BYTES)
+        found = self.read_entry(path, max_bytes=trees.READ_MAX_BYTES)
         return found.data if found.kind == "file" else None
 
-    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> _tree.Entry:
+    def read_entry(self, path: PurePosixPath, *, max_bytes: int) -> trees.Entry:
         """Read on the host, so never through a link: the host's file is not the sandbox's."""
         try:
-            return _tree.read_entry(*self.workspace.split(path), max_bytes=max_bytes)
+            return trees.read_entry(*self.workspace.split(path), max_bytes=max_bytes)
         except SandboxStartError:
-            return _tree.Entry("missing")
+            return trees.Entry("missing")
 
     def digests(self, path: PurePosixPath) -> dict[str, str]:
-        return _tree.digests(*self.workspace.split(path))
+        return trees.digests(*self.workspace.split(path))
 
     def renew_dir(self, path: PurePosixPath, *, keep_in: Path) -> tuple[str, ...]:
-        return _tree.renew_dir(*self.workspace.split(path), keep_in)
+        return trees.renew_dir(*self.workspace.split(path), keep_in)
 
     def usage(self) -> Usage:
         reading = self.cgroup.usage()
@@ -408,11 +278,11 @@ class ProcessSandbox:
         """Links stay links, FIFOs, sockets and devices stay behind: returns what was not copied."""
         source = self.workspace.binds[PurePosixPath("/logs")]
         try:
-            fd = _tree.open_dir(source, _tree.HERE)
+            fd = trees.open_dir(source, trees.HERE)
         except OSError:
             return ()
         try:
-            return _tree.copy_tree(fd, dest).listed()
+            return trees.copy_tree(fd, dest).listed()
         finally:
             os.close(fd)
 
@@ -447,7 +317,7 @@ def _agent_logs(logs: Path, root: list[str]) -> tuple[list[int], tuple[str, ...]
     notes: list[str] = []
     for name in ("agent", "artifacts"):
         try:
-            fd = _tree.open_dir(logs, PurePosixPath(name))
+            fd = trees.open_dir(logs, PurePosixPath(name))
         except OSError:
             notes.append(f"/logs/{name} is not a folder: the grader does not see it")
             continue
@@ -457,16 +327,16 @@ def _agent_logs(logs: Path, root: list[str]) -> tuple[list[int], tuple[str, ...]
 
 
 def _written(image: Path | None) -> int | None:
-    return _workspace.written_bytes(image) if image is not None else None
+    return disks.written_bytes(image) if image is not None else None
 
 
-def _trial_marker(cgroup: _cgroup.TrialCgroup) -> str:
+def _trial_marker(cgroup: cgroups.TrialCgroup) -> str:
     """How the kernel log names the trial's cgroup: its path ends /levelfield/RUN/TRIAL."""
     return "/" + "/".join(cgroup.dirs["unified" if cgroup.is_v2 else "memory"].parts[-3:])
 
 
-def _joined(cgroup: _cgroup.TrialCgroup, argv: list[str]) -> list[str]:
-    return _cgroup.joined(cgroup.procs_files(), argv)
+def _joined(cgroup: cgroups.TrialCgroup, argv: list[str]) -> list[str]:
+    return cgroups.joined(cgroup.procs_files(), argv)
 
 
 def _read_child_pid(

@@ -33,24 +33,20 @@ from levelfield.sandbox import (
     BackendOptions,
     Enforcement,
     ReadOnlyMount,
-    _cgroup,
-    _engine,
-    _images,
     _netns,
-    _offline,
-    _pull,
-    _reconnect,
     _seccomp,
-    _volumes,
-    _workspace,
+    cgroups,
+    disks,
 )
-from levelfield.sandbox._oci_sandbox import OciSandbox
+from levelfield.sandbox.oci import _engine, _images, _offline, _pull, _reconnect, _volumes
+from levelfield.sandbox.oci._sandbox import OciSandbox
 from levelfield.tasks import Task
 
 # Re-exported: doctor and the tests ask the engine through the backend's module.
 EngineReport = _engine.EngineReport
 engine_report = _engine.engine_report
 find_engine_url = _engine.find_engine_url
+other_engine_urls = _engine.other_engine_urls
 SOCKET_PATHS = _engine.SOCKET_PATHS
 
 LABEL_RUN = "levelfield.run"
@@ -70,7 +66,7 @@ CONFINEMENT: dict[str, Any] = {
 }
 CONFINEMENT_OPTS = ["no-new-privileges"]  # and our seccomp profile (`_seccomp_opt`)
 API_TIMEOUT_S = 120  # one API call (not a phase: phases stream with no socket timeout)
-CPU_SHARES_PER_CPU = _cgroup.CPU_SHARES_PER_CPU
+CPU_SHARES_PER_CPU = cgroups.CPU_SHARES_PER_CPU
 NANO_CPUS_PER_CPU = 1_000_000_000
 
 
@@ -205,6 +201,16 @@ class OciBackend:
             raise SandboxStartError(f"image for {task.name}: {type(exc).__name__}: {exc}") from exc
         where = {"trial_id": trial_id, "trial_dir": trial_dir, "mounts": mounts}
         return self.start_on(image, task, limits, **where, secrets=secrets)
+
+    def present_image(self, names: Sequence[str]) -> _images.BuiltImage | None:
+        """The first of `names` the engine already has, as `start_on` takes it; never pulled
+        (doctor starts its probe sandbox on what is there)."""
+        tags = [t for i in self.client.api.images() for t in i.get("RepoTags") or []]
+        tag = next((t for n in names for t in tags if t == n or t.endswith(f"/{n}")), None)
+        found = _pull.inspect_image(self.client, tag) if tag else None
+        if tag is None or found is None:
+            return None
+        return _images.BuiltImage(tag, found["Id"], True, None, None, source="present")
 
     def start_on(
         self,
@@ -369,16 +375,16 @@ class OciBackend:
             with contextlib.suppress(Exception):
                 api.remove_network(network["Id"])
                 removed += 1
-        disks = set()
+        released = set()
         for volume in (api.volumes(filters=label) or {}).get("Volumes") or []:
-            disks.add(_volumes.disk_of(volume))
+            released.add(_volumes.disk_of(volume))
             with contextlib.suppress(Exception):
                 api.remove_volume(volume["Name"], force=True)
                 removed += 1
         removed += _netns.reap(run_id)  # the containers are gone: nothing holds their links
         trials = (self.options.run_dir / "trials").resolve()
-        disks.update(map(Path, _workspace.mounts_under(trials)))
-        for disk in sorted(d for d in disks if d is not None):
+        released.update(map(Path, disks.mounts_under(trials)))
+        for disk in sorted(d for d in released if d is not None):
             removed += _volumes.release_disk(disk)  # the storage volumes' loop-mounted disks
         return removed
 

@@ -27,7 +27,7 @@ from typing import Any
 from levelfield.errors import SandboxStartError
 from levelfield.records import ImageRecord
 from levelfield.sandbox import _output
-from levelfield.sandbox._pull import ImageMode, PullCache, inspect_image
+from levelfield.sandbox.oci._pull import ImageMode, PullCache, inspect_image
 from levelfield.tasks import Task
 
 IMAGE_REPOSITORY = "levelfield"  # tags read levelfield/<task>:<context hash>
