@@ -1,4 +1,4 @@
-"""An engine's archive of a path in a container, read by `_tree`'s rules: what the path itself
+"""An engine's archive of a path in a container, read by `trees`' rules: what the path itself
 is comes from the engine's stat of it (Podman archives a link's target, Docker the link), links
 are unpacked as links and nothing is written through one, FIFOs, sockets and devices are listed
 instead of made.

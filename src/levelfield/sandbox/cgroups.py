@@ -47,7 +47,7 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class Counters:
-    """Raw counters of one trial cgroup; `sandbox/process.py` turns them into Evidence."""
+    """Raw counters of one trial cgroup; each backend turns them into Evidence."""
 
     oom_kills: int = 0
     memory_failcnt: int = 0

@@ -1,8 +1,8 @@
 """Container mechanics of the `oci` backend: exec streaming with a timeout, the kill of a timed-out
 exec's processes, the container's cgroup directories, and small tar and exit-code helpers.
 
-Kept apart from `oci.py` so that the backend reads as its Protocol methods; nothing here talks to
-the engine except through the `APIClient` it is handed.
+Kept apart from the backend (`__init__.py`) so that the backend reads as its Protocol methods;
+nothing here talks to the engine except through the `APIClient` it is handed.
 """
 
 from __future__ import annotations

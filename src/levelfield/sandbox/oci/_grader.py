@@ -65,7 +65,7 @@ O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 @dataclass(frozen=True, slots=True)
 class Container:
-    """What the view is made from, read by the sandbox (`_oci_sandbox.py`)."""
+    """What the view is made from, read by the container sandbox (`_sandbox.py`)."""
 
     inspected: Mapping[str, Any]
     init_pid: int

@@ -7,7 +7,7 @@ was hit), the storage volume's fill level from the host when the ceiling lives o
 (`_volumes.py`), and the free space of the engine's disk under the writable layer. Where the
 container's cgroup is not this host's to read (a remote engine, a harness in a container), the
 engine's events and the kernel log, when it ran here, are the only OOM evidence. Kept apart from
-`oci.py`, which creates it, so that each reads as one concept.
+the backend (`__init__.py`), which creates it, so that each reads as one concept.
 """
 
 from __future__ import annotations
@@ -89,12 +89,12 @@ class OciSandbox:
         self._created_s = time.time() - 1.0  # events are asked for from here on
         self._closed = False
         self._uv_shim = False
-        self.shim: tuple[Path, Path] | None = None  # the uv shim's sources (oci.py sets them)
+        self.shim: tuple[Path, Path] | None = None  # the uv shim (set by the backend)
         self._engine_files: dict[str, bytes] = {}
         self.image: ImageRecord | None = None
         self.volume: _volumes.StorageVolume | None = None  # the storage ceiling, when on one
         self.network: _netns.TrialNetwork | None = None  # its sealed link, when it has network
-        self.secrets = Masker()  # masked in every log as it is written (oci.py sets the trial's)
+        self.secrets = Masker()  # masked in every log as written (the trial's)
         self.logs = _logcap.LogCaps()  # each log capped, its cut noted in the evidence
         self._storage_full = False
         self._storage_peak = 0

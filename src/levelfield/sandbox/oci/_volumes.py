@@ -2,7 +2,7 @@
 refused: overlay2 caps a writable layer only over xfs mounted with pquota, which few hosts have.
 
 The trial's writable paths (its WORKDIR, /tmp and /logs) then live on one ext4 image of exactly
-the ceiling, loop-mounted on the host, as on the process backend (`_workspace.py`). Each path is
+the ceiling, loop-mounted on the host, as on the process backend (`disks.py`). Each path is
 a named volume of the engine's `local` driver bound to a directory of that filesystem, so the
 engine copies the image's own files at that path into it when the container is created (a plain
 bind mount would hide them). A write past the ceiling fails with ENOSPC inside the container,

@@ -34,7 +34,7 @@ class Workspace:
 
     def host_path(self, sandbox_path: PurePosixPath) -> Path:
         """Where a sandbox path lives on the host; only the workspace's own paths map. The path
-        below the bind is the sandbox's to shape (a link, a FIFO): walk it with `_tree`."""
+        below the bind is the sandbox's to shape (a link, a FIFO): walk it with `trees`."""
         source, below = self.split(sandbox_path)
         return source / below
 
