@@ -38,7 +38,7 @@ from levelfield.config import RunConfig
 from levelfield.model_api.scripted_model import Failure, ScriptedModel, serve, solution_commands
 from levelfield.records import Outcome, Reason, TrialRecord
 from levelfield.store import reading
-from levelfield.verifier import PYTEST_STARTED
+from levelfield.outcome._grading import PYTEST_STARTED
 
 from ..conftest import REPO, TB2_SAMPLE, missing_sandbox_prerequisites, require
 
