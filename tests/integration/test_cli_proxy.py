@@ -36,9 +36,9 @@ from levelfield.agents._prepare import node_tarball
 from levelfield.agents.command import PRESETS, prepared_tree
 from levelfield.config import RunConfig
 from levelfield.model_api.scripted_model import Failure, ScriptedModel, serve, solution_commands
+from levelfield.outcome._grading import PYTEST_STARTED
 from levelfield.records import Outcome, Reason, TrialRecord
 from levelfield.store import reading
-from levelfield.outcome._grading import PYTEST_STARTED
 
 from ..conftest import REPO, TB2_SAMPLE, missing_sandbox_prerequisites, require
 

@@ -15,7 +15,7 @@ from levelfield.harbor.beside import KILLED_NOTE, read_beside, with_beside
 from levelfield.harbor.box import ExecCall, ceiling_hit, shell_command
 from levelfield.harbor.options import parse_options
 from levelfield.harbor.trial_file import read_trial
-from levelfield.outcome import Imported, levelfield_reason
+from levelfield.outcome import levelfield_reason
 from levelfield.policy import PRESETS, apply_policy
 from levelfield.records import Evidence, PhaseResult, Reason
 from levelfield.tasks import Spec
@@ -178,7 +178,7 @@ def test_a_sigkilled_agent_with_no_exception_keeps_its_reward_and_is_flagged(
         and "Killed" in (beside.killed_line or "")
     )
     fields = {"reason": Reason.TESTS_FAILED, "evidence": {"notes": ("imported",)}}
-    flagged = with_beside(fields, beside, Imported(), 0.0)
+    flagged = with_beside(fields, beside, None)
     assert flagged["reason"] is Reason.TESTS_FAILED
     note = flagged["evidence"]["notes"][-1]
     assert note.startswith(KILLED_NOTE) and "137 (SIGKILL)" in note and "Killed" in note
@@ -188,7 +188,7 @@ def test_a_sigkilled_agent_with_no_exception_keeps_its_reward_and_is_flagged(
     calm = _trial_folder(tmp_path / "c", exit_code="1", log="AssertionError\n", reward=0.0)
     quiet = read_beside(str(calm), read_trial(str(calm)), {"agent"})
     assert quiet is not None and quiet.agent_exit_code == 1
-    assert with_beside(fields, quiet, Imported(), 0.0)["evidence"]["notes"] == ("imported",)
+    assert with_beside(fields, quiet, None)["evidence"]["notes"] == ("imported",)
 
 
 def test_levelfield_harbor_imports_without_harbor_and_says_what_the_environment_needs() -> None:

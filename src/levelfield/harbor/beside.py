@@ -24,7 +24,6 @@ from typing import Any
 
 from levelfield.harbor.record import RECORD_DIR, read_record
 from levelfield.harbor.trial_file import HarborTrial
-from levelfield.outcome import Imported, PhaseLog, decide, outcome_of
 from levelfield.records import KILLED_CAUSE_UNKNOWN, TrialRecord
 
 KILLED_NOTE = KILLED_CAUSE_UNKNOWN
@@ -94,18 +93,18 @@ def _killed_line(agent_dir: str) -> str | None:
 
 
 def with_beside(
-    fields: dict[str, Any], beside: Beside, imported: Imported, reward: float | None
+    fields: dict[str, Any], beside: Beside, exception_type: str | None
 ) -> dict[str, Any]:
-    """The record's fields (importing._record) with what lay beside result.json added. Without
-    a record the verdict is the import's already (a levelfield exception whose record was lost
-    is decided by its class there too); beside it lie only words."""
+    """The record's fields (importing._record) with what lay beside result.json added. The
+    verdict is the import's already, decided once with the record's evidence where there is
+    one; beside it lie the record's limits and telemetry, or words."""
     if beside.record is not None:
-        return _with_record(fields, beside.record, imported, reward)
+        return _with_record(fields, beside.record)
     notes = list(_notes(fields))
     if beside.record_problem:
         notes.append(beside.record_problem)
     killed = beside.agent_exit_code == SIGKILL_EXIT or beside.killed_line is not None
-    if killed and imported.exception_type is None:
+    if killed and exception_type is None:
         notes.append(_killed_note(beside))
     if len(notes) == len(tuple(_notes(fields))):
         return fields  # nothing beside it to add: keep the import's shared evidence
@@ -130,20 +129,9 @@ def _killed_note(beside: Beside) -> str:
     )
 
 
-def _with_record(
-    fields: dict[str, Any],
-    record: TrialRecord,
-    imported: Imported,
-    reward: float | None,
-) -> dict[str, Any]:
-    """Decided as a native trial, by the one verdict function: the kernel's counters first,
-    then the exception (a levelfield one by its class, Harbor's by the table beside the
-    outcome table), then the reward."""
-    log = PhaseLog(
-        evidence=record.evidence, reward=reward, imported=imported,
-        tampered=record.evidence.tampered,
-    )  # fmt: skip
-    reason = decide(log).reason
+def _with_record(fields: dict[str, Any], record: TrialRecord) -> dict[str, Any]:
+    """The record's limits, evidence and telemetry beside the verdict the import reached with
+    its evidence (kernel counters first, as a native trial's)."""
     notes = (
         f"ran on levelfield's Harbor environment ({record.backend}, policy {record.policy}): "
         "kernel evidence from levelfield/record.json",
@@ -154,8 +142,8 @@ def _with_record(
         **fields,
         "policy": record.policy,
         "backend": f"harbor/{record.backend}",
-        "reason": reason,
-        "outcome": outcome_of(reason),
+        "reason": fields["reason"],
+        "outcome": fields["outcome"],
         "limits": record.limits,
         "evidence": record.evidence.model_copy(update={"notes": notes}).model_dump(),
         "telemetry": record.telemetry.model_dump(),

@@ -44,7 +44,6 @@ from levelfield.harbor.trial_file import (
     read_trial,
     seconds_between,
 )
-from levelfield.outcome import Imported
 from levelfield.plan import trial_key
 from levelfield.records import DEFAULT_WINDOW, Outcome, Reason, TrialRecord
 from levelfield.store import Row, Store, row_of
@@ -304,10 +303,7 @@ def _with_beside(trial: HarborTrial, fields: dict[str, Any]) -> dict[str, Any]:
     """The same dict when nothing beside result.json changes the record."""
     if trial.beside is None:
         return fields
-    imported = Imported(
-        trial.facts["exception_type"], trial.facts["exception_message"], trial.reward_problem
-    )
-    return with_beside(fields, trial.beside, imported, trial.reward)
+    return with_beside(fields, trial.beside, trial.facts["exception_type"])
 
 
 def _fields(
@@ -321,8 +317,13 @@ def _fields(
     """The fields of a TrialRecord that differ from its defaults; `facts` are the trial file's,
     with its submission and job; `started_at` its start as `_sortable` wrote it ("" unknown)."""
     trial = item.trial
-    verdict = judge(
-        facts["exception_type"], facts["exception_message"], trial.reward, trial.reward_problem
+    record = trial.beside.record if trial.beside is not None else None
+    verdict = judge(  # the one call of the one verdict function (outcome.decide) for this trial
+        facts["exception_type"],
+        facts["exception_message"],
+        trial.reward,
+        trial.reward_problem,
+        evidence=record.evidence if record is not None else None,
     )
     started = trial.started_at or trial.finished_at or datetime.now(UTC)
     finished = trial.finished_at or started

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from levelfield.outcome import IMPORTED_NOTE, RULES, Imported, PhaseLog, decide, outcome_of
-from levelfield.records import Outcome, Reason
+from levelfield.records import Evidence, Outcome, Reason
 
 __all__ = ["IMPORTED_NOTE", "RULES", "Verdict", "judge"]
 
@@ -32,12 +32,18 @@ def judge(
     message: str | None,
     reward: float | None,
     reward_problem: str | None = None,
+    *,
+    evidence: Evidence | None = None,
 ) -> Verdict:
-    """The trial's reason, and the evidence notes that say how it was reached."""
-    if exception_type is None and reward_problem is None and reward in _GRADED:
+    """The trial's reason, and the evidence notes that say how it was reached. `evidence`: what
+    levelfield's own sandbox recorded beside a trial it ran (kernel counters first)."""
+    plain = evidence is None and exception_type is None and reward_problem is None
+    if plain and reward in _GRADED:
         return _GRADED[reward]
     imported = Imported(exception_type, message, reward_problem)
-    decided = decide(PhaseLog(reward=reward, imported=imported))
+    tampered = evidence.tampered if evidence is not None else ()
+    log = PhaseLog(reward=reward, imported=imported, evidence=evidence, tampered=tampered)
+    decided = decide(log)
     return Verdict(decided.reason, decided.notes)
 
 
