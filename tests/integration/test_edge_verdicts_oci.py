@@ -86,6 +86,11 @@ def test_oom_evidence_where_the_containers_cgroup_is_not_readable(
     sends no such event on cgroup v1. With the kernel log hidden too, Docker's word remains;
     Podman's trial keeps its reward's verdict, and the evidence says that nothing could tell."""
     task = make_task("hog", solve=HOG, memory_mb=64, files={"environment/Dockerfile": PYTHON_BASE})
+    # No network: a trial's sealed link needs its container's namespace on the harness's host,
+    # which a harness in a PID namespace of its own cannot see (it refuses, and says so).
+    toml = task / "task.toml"
+    offline = toml.read_text().replace("[environment]\n", "[environment]\nallow_internet = false\n")
+    toml.write_text(offline)
     record = _harness_in_its_own_pid_namespace(task, tmp_path / "seen")
     notes = " | ".join(record.evidence.notes)
     assert "container cgroup not readable from this host" in notes
