@@ -18,6 +18,7 @@ from levelfield.errors import RunConfigError
 from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.records import Evidence, ImageRecord, PhaseResult
+from levelfield.sandbox import trees
 from levelfield.sandbox.trees import Entry
 from levelfield.tasks import Task
 
@@ -101,6 +102,22 @@ class GraderView:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds.clear()
+
+
+def bind_agent_logs(logs: Path, root: list[str], fds: list[int]) -> list[str]:
+    """/logs/agent and /logs/artifacts of the agent's `logs` folder into a grader's `root`, by
+    descriptor: the agent may have put a link where a folder was, and a bind by path would
+    follow it out of the sandbox. Returns what the grader does not see, and why."""
+    notes = []
+    for name in ("agent", "artifacts"):
+        try:
+            fd = trees.open_dir(logs, PurePosixPath(name))
+        except OSError:
+            notes.append(f"/logs/{name} is not a folder: the grader does not see it")
+            continue
+        fds.append(fd)
+        root += ["--bind-fd", str(fd), f"/logs/{name}"]
+    return notes
 
 
 class Sandbox(Protocol):

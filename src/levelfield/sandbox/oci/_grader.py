@@ -34,7 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from levelfield.sandbox import DEFAULT_CAPABILITIES, GraderView, _bwrap, _processes, trees
+from levelfield.sandbox import (
+    DEFAULT_CAPABILITIES,
+    GraderView,
+    _bwrap,
+    _processes,
+    bind_agent_logs,
+    trees,
+)
 from levelfield.sandbox.oci import _offline
 
 SKIPPED_TOP = frozenset({"proc", "sys", "dev", "run", "tests", "etc"})
@@ -189,15 +196,7 @@ def _volumes_and_logs(
             notes.append(f"{dest} not shown to the grader: the agent put a link on its way")
         else:
             root += ["--bind" if rw else "--ro-bind", source, str(dest)]
-    for name in ("agent", "artifacts"):
-        try:
-            fd = trees.open_dir(logs_base, PurePosixPath(name))
-        except OSError:
-            notes.append(f"/logs/{name} is not a folder: the grader does not see it")
-            continue
-        fds.append(fd)
-        root += ["--bind-fd", str(fd), f"/logs/{name}"]
-    return notes
+    return notes + bind_agent_logs(logs_base, root, fds)
 
 
 def _linked(merged: Path, dest: PurePosixPath, itself: bool = False) -> bool:

@@ -31,6 +31,7 @@ from levelfield.sandbox import (
     _output,
     _processes,
     _seccomp,
+    bind_agent_logs,
     cgroups,
     disks,
     trees,
@@ -189,7 +190,8 @@ class ProcessSandbox:
         ]
         for target, source in sorted(binds.items()):
             root += ["--bind", str(source), str(target)]
-        fds, notes = _agent_logs(self.workspace.binds[logs], root)
+        fds: list[int] = []
+        notes = tuple(bind_agent_logs(self.workspace.binds[logs], root, fds))
         env = {k: v for k, v in BASE_ENV.items() if k not in ("HOME", "TMPDIR")}
         leftovers = _processes.left_running(
             self.cgroup.pids(), net_pid=self.init_pid, init=self.init_pid
@@ -308,22 +310,6 @@ class ProcessSandbox:
         pressure = self.cgroup.dirs["unified"] if self.cgroup.is_v2 else None
         network_pid = self.init_pid if self.network is not None else None
         return Observables(network_pid=network_pid, pressure_dir=pressure)
-
-
-def _agent_logs(logs: Path, root: list[str]) -> tuple[list[int], tuple[str, ...]]:
-    """/logs/agent and /logs/artifacts for the grader's view, by descriptor: the agent may have
-    put a link where a folder was, and a bind by path would follow it out of the sandbox."""
-    fds: list[int] = []
-    notes: list[str] = []
-    for name in ("agent", "artifacts"):
-        try:
-            fd = trees.open_dir(logs, PurePosixPath(name))
-        except OSError:
-            notes.append(f"/logs/{name} is not a folder: the grader does not see it")
-            continue
-        fds.append(fd)
-        root += ["--bind-fd", str(fd), f"/logs/{name}"]
-    return fds, tuple(notes)
 
 
 def _written(image: Path | None) -> int | None:
