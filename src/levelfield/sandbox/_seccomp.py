@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from levelfield.sandbox import _signals
+
 # -- the rules ---------------------------------------------------------------------------------
 
 # Allowed to every container whatever its capabilities, grouped by what they are for.
@@ -314,8 +316,11 @@ FILTER_DIR = Path("/run/levelfield/seccomp")  # root's own: the filter a phase l
 # keyctl(2)'s number, for the new session keyring each exec joins before the filter refuses it
 KEYCTL = {"x86_64": 250, "aarch64": 219, "i686": 288}
 # Run by the harness's own interpreter (-I -S: no site, no environment), in place of the
-# command: a new session keyring, no-new-privileges, the filter, then the command itself.
-LOADER = f"""\
+# command: default signal handling, a new session keyring, no-new-privileges, the filter, then
+# the command itself.
+LOADER = (
+    _signals.RESET
+    + f"""\
 import ctypes, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 nr = {KEYCTL}.get(os.uname().machine)
@@ -331,6 +336,7 @@ if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(prog), 0, 0):
     sys.exit("levelfield: seccomp filter not loaded: " + os.strerror(ctypes.get_errno()))
 os.execvp(sys.argv[2], sys.argv[2:])
 """
+)
 
 
 def filter_path(*, entering: bool = True) -> Path:

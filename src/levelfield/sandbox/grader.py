@@ -44,6 +44,7 @@ from levelfield.sandbox import (
     Sandbox,
     _output,
     _seccomp,
+    _signals,
     _witness,
     cgroups,
     disks,
@@ -263,7 +264,7 @@ class Grader:
         if seccomp_fd >= 0:
             argv += ["--seccomp", str(seccomp_fd)]
         argv += ["--block-fd", str(block_fd), "--", "bash", "-c", command]
-        return cgroups.joined(view.cgroup_procs, argv)
+        return _signals.default_argv(cgroups.joined(view.cgroup_procs, argv))
 
     def environment(self) -> dict[str, str]:
         return {**self.view.env, "HOME": str(HOME), "TMPDIR": str(TMPDIR)}
