@@ -60,16 +60,19 @@ def test_campaign_killed_between_windows_resumes_the_schedule(
     first = subprocess.Popen(_command(dataset, out), stdout=log1, stderr=subprocess.STDOUT,
                              start_new_session=True, env=ENV)
     deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline and "done" not in _slots(out).values():
+    asleep = False  # the first window stored as done, the next one announced
+    while time.monotonic() < deadline and not asleep:
         assert first.poll() is None, (tmp_path / "first.log").read_text()
         time.sleep(0.1)
+        done = "done" in _slots(out).values()
+        asleep = done and "next: window" in (tmp_path / "first.log").read_text()
     slots = _slots(out)
     assert list(slots.values()) == ["done"], slots
+    assert asleep, (tmp_path / "first.log").read_text()
     os.killpg(first.pid, signal.SIGKILL)  # between windows: the first is done, it sleeps
     first.wait()
     assert list(_slots(out).values()) == ["done"]  # still asleep when killed
     log1.close()
-    assert "next: window" in (tmp_path / "first.log").read_text()
     with reading(out) as store:
         run_id = store.meta()["run_id"]
         assert store.count() == 4  # 2 tasks × 2 repeats
