@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tarfile
 import textwrap
 from collections.abc import Callable
@@ -19,6 +20,14 @@ REPO = Path(__file__).resolve().parents[1]
 TB2_SAMPLE = REPO.parent / "shared" / "tb2-sample"
 TB2_LEADERBOARD = REPO.parent / "shared" / "tb2-leaderboard" / "submissions.tar.gz"
 EXAMPLES = REPO / "examples"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background of a shell (`pytest &`, as CI scripts may) ignores
+    SIGINT, and so would every harness it starts: the tests that stop a harness with Ctrl-C
+    need the default a terminal gives. (The trials themselves get it either way.)"""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def missing_sandbox_prerequisites() -> list[str]:
