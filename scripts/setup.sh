@@ -34,15 +34,16 @@ extras=""
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras}"
 
 if [ "$profile" = test ]; then
+  # three venvs of their own (Python 3.12), made while the engines and bases are set up: ~2-4
+  # min the first time (mostly downloads), <1 s after
+  bash scripts/harbor_setup.sh & harbor_025=$!   # Harbor 0.25 in .venv-harbor
+  bash scripts/harbor_setup.sh 0.26.0 .venv-harbor-0.26 & harbor_026=$!  # its newest release
+  bash scripts/inspect_setup.sh & inspect=$!     # inspect-ai + inspect-harbor in .venv-inspect
   bash scripts/oci_setup.sh           # podman, runc, its API socket (~10-30 s fresh, <1 s after)
   bash scripts/offline_bases.sh .venv/bin/python  # stand-in bases: ~5 min once, then cached
   bash scripts/docker_setup.sh        # the Docker Engine beside podman (~20 s fresh, <1 s after)
   DOCKER_HOST=unix:///run/levelfield-docker.sock \
     bash scripts/offline_bases.sh .venv/bin/python  # the same bases in Docker (cached: ~15 s)
   bash scripts/vm_cgroup2.sh --build  # the cgroup v2 VM's kernel + initramfs: ~20 s once, cached
-  # three venvs of their own (Python 3.12), made at once: ~2-4 min the first time, <1 s after
-  bash scripts/harbor_setup.sh & harbor_025=$!   # Harbor 0.25 in .venv-harbor
-  bash scripts/harbor_setup.sh 0.26.0 .venv-harbor-0.26 & harbor_026=$!  # its newest release
-  bash scripts/inspect_setup.sh & inspect=$!     # inspect-ai + inspect-harbor in .venv-inspect
   wait "$harbor_025"; wait "$harbor_026"; wait "$inspect"
 fi

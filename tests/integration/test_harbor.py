@@ -217,6 +217,9 @@ def test_harbor_on_levelfield_books_the_oom_kill_under_strict_and_passes_under_3
 def test_harbor_on_podman_books_the_same_kill_as_a_failure_and_the_import_flags_it(
     harbor_env: dict[str, str], tmp_path: Path
 ) -> None:
+    """Harbor's own environment, for comparison: one release is enough (its newest)."""
+    if harbor_env["HARBOR_RELEASE"] == "0.25":
+        pytest.skip("Harbor's own podman environment is compared on its newest release")
     dataset = tmp_path / "dataset"
     _spike_task(dataset, "spike-image", userland=None)
     job = _finished(_harbor_run(harbor_env, dataset, tmp_path / "jobs", "-e", "podman",
