@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import os
 import socket
+import subprocess
 import tarfile
+import time
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -86,6 +88,33 @@ def test_renew_dir_keeps_and_lists_what_was_there_and_leaves_a_new_empty_one(
         f"agent itself (a symbolic link to {tmp_path})",
     )
     assert (root / "agent").is_dir() and not (root / "agent").is_symlink()
+
+
+def test_renew_dir_makes_the_directory_the_agent_removed(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    assert trees.renew_dir(tmp_path / "logs", PurePosixPath("verifier"), tmp_path / "left") == ()
+    assert (tmp_path / "logs" / "verifier").is_dir()
+
+
+def test_renew_dir_wins_against_a_process_writing_into_it_all_along(tmp_path: Path) -> None:
+    """An agent's leftover that writes reward.txt at every turn: the directory is renewed each
+    time, never an error, and nothing of the old ones stays beside it."""
+    root = tmp_path / "logs"
+    (root / "verifier").mkdir(parents=True)
+    writer = subprocess.Popen(
+        ["bash", "-c", f"cd {root} && while :; do mkdir -p verifier; echo 1 > verifier/reward.txt"
+                       "; mkdir -p verifier/d/e; : > verifier/d/e/f; done 2>/dev/null"]
+    )  # fmt: skip
+    try:
+        time.sleep(0.2)
+        for i in range(30):
+            (root / "verifier" / "mark").mkdir(exist_ok=True)  # in the one about to go
+            trees.renew_dir(root, PurePosixPath("verifier"), tmp_path / f"left-{i}")
+            assert "mark" not in os.listdir(root / "verifier")
+    finally:
+        writer.kill()
+        writer.wait()
+    assert [p.name for p in root.iterdir()] == ["verifier"]
 
 
 def test_copy_in_replaces_a_link_instead_of_writing_through_it(tmp_path: Path) -> None:

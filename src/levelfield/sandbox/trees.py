@@ -19,6 +19,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import secrets
 import shutil
 import stat
 from collections.abc import Callable, Iterator
@@ -37,6 +38,7 @@ PATH_MAX_CHARS = 4000  # a copy's path on the host stays under PATH_MAX (4096), 
 READ_MAX_BYTES = 256 << 20  # what a sandbox's read_file returns at most (past it: not a file)
 LISTED_MAX = 20  # skipped entries named in the evidence; the rest are counted
 _DIR_FLAGS = _walk.DIR_FLAGS
+RENEW_TRIES = 5  # renames aside before a directory the sandbox keeps recreating is given up
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 CHUNK = 1 << 20
 HERE = PurePosixPath(".")
@@ -357,12 +359,38 @@ def renew_dir(root: Path, rel: PurePosixPath, keep_in: Path) -> tuple[str, ...]:
                 copy_tree(fd, keep_in)  # what it could not keep is in the inventory too
         elif found.kind != "missing":
             listed = [f"{rel.name} itself ({found.describe()})"]
-        for _ in range(3):  # a process of the sandbox may be recreating it meanwhile
-            remove_entry(parent, rel.name)
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(rel.name, 0o755, dir_fd=parent)
-                break
+        if not _renew_at(parent, rel.name):
+            listed.append("(not renewed: a process of the sandbox kept it in use)")
     return tuple(listed)
+
+
+def _renew_at(parent: int, name: str) -> bool:
+    """A new, empty `name`, whatever a process of the sandbox does to the old one meanwhile:
+    the old one is renamed aside (atomic, however busy it is) under a name it cannot guess, then
+    removed as far as it lets go; what it keeps writing there stays its own."""
+    for _ in range(RENEW_TRIES):
+        aside = f".{name}.old-{secrets.token_hex(6)}"
+        try:
+            os.rename(name, aside, src_dir_fd=parent, dst_dir_fd=parent)
+        except FileNotFoundError:
+            pass  # nothing to put aside
+        except OSError:
+            continue
+        else:
+            _remove_aside(parent, aside)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=parent)
+            return True
+    return False
+
+
+def _remove_aside(parent: int, aside: str) -> None:
+    for _ in range(RENEW_TRIES):  # a write that found the old one just before its rename
+        try:
+            remove_entry(parent, aside)
+            return
+        except OSError:
+            continue
 
 
 def copy_in(src: Path, root: Path, rel: PurePosixPath, *, merge: bool = False) -> None:
