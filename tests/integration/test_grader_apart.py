@@ -64,40 +64,71 @@ def test_the_grader_starts_clean_and_alone(make_task: MakeTask, tmp_path: Path) 
     assert leftovers("api-run", tmp_path / "run") == []
 
 
-def test_the_witness_refuses_and_names_a_process_outside_the_grader(
-    make_task: MakeTask, tmp_path: Path
-) -> None:
-    """A process on the host stands in for one that escaped the namespaces: it reads the tests
-    and writes a reward while test.sh runs. Both opens are refused; the verdict is the agent's
-    `grader_tampered`, with that process's command line."""
+MARKER = "levelfield-test-marker"  # the argv[0] of a process the agent leaves, to find it by
+
+
+def _intrude_while_grading(
+    tmp_path: Path, *, enter: bool
+) -> list[subprocess.CompletedProcess[str]]:
+    """Once test.sh is on the grader's disk: read it, and write a reward there, by its path on
+    the host. `enter`: from inside the agent's PID namespace (nsenter into that of the process
+    the agent left), as a process that escaped only its mount namespace would."""
     tried: list[subprocess.CompletedProcess[str]] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = list((tmp_path / "run" / "trials").glob("*/grader/tests/test.sh"))
+        if found:
+            time.sleep(0.5)
+            grader_dir = found[0].parents[1]
+            prefix = ["nsenter", "--target", str(_pid_of(MARKER)), "--pid", "--"] if enter else []
+            for argv in (
+                ["cat", str(found[0])],
+                ["sh", "-c", f"echo 1 > {grader_dir}/verifier/reward.txt"],
+            ):
+                tried.append(subprocess.run([*prefix, *argv], capture_output=True, text=True))
+            return tried
+        time.sleep(0.02)
+    return tried
 
-    def intrude() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            found = list((tmp_path / "run" / "trials").glob("*/grader/tests/test.sh"))
-            if found:
-                time.sleep(0.5)
-                grader_dir = found[0].parents[1]
-                for argv in (
-                    ["cat", str(found[0])],
-                    ["sh", "-c", f"echo 1 > {grader_dir}/verifier/reward.txt"],
-                ):
-                    tried.append(subprocess.run(argv, capture_output=True, text=True))
-                return
-            time.sleep(0.02)
 
-    thread = threading.Thread(target=intrude)
+def _pid_of(argv0: str) -> int:
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if cmdline.read_bytes().split(b"\0")[0] == argv0.encode():
+                return int(cmdline.parent.name)
+        except OSError:
+            continue
+    raise AssertionError(f"no process named {argv0}")
+
+
+@pytest.mark.parametrize("enter", [False, True], ids=["host", "agents-namespace"])
+def test_the_witness_refuses_every_other_process_and_blames_only_the_agents(
+    make_task: MakeTask, tmp_path: Path, enter: bool
+) -> None:
+    """A process outside the grader reads the tests and writes a reward while test.sh runs. Both
+    opens are refused either way. From the agent's PID namespace (standing in for an agent's
+    process that escaped its mount namespace) the verdict is the agent's `grader_tampered`, with
+    its command line; from the host's (a backup, a search over the run directory, a VM sharing
+    the host's files) it is not the agent's doing: it is noted, and the verdict stands."""
+    tried: list[subprocess.CompletedProcess[str]] = []
+    thread = threading.Thread(
+        target=lambda: tried.extend(_intrude_while_grading(tmp_path, enter=enter))
+    )
     thread.start()
     test = "sleep 3\necho 0 > /logs/verifier/reward.txt\n"
-    _, record = _run(make_task, tmp_path, solve="true", test=test)
+    _, record = _run(make_task, tmp_path, solve=f"(exec -a {MARKER} sleep 120) &", test=test)
     thread.join()
     assert [t.returncode for t in tried] == [1, 2], tried
     assert all("Operation not permitted" in t.stderr for t in tried), tried
-    assert (record.outcome, record.reason) == (Outcome.FAILED, Reason.GRADER_TAMPERED)
     notes = " | ".join(record.evidence.notes)
     assert "(cat " in notes and "/tests/test.sh: 1 open(s) refused" in notes, notes
     assert "/logs/verifier/reward.txt: 1 open(s) refused" in notes, notes
+    if enter:
+        assert (record.outcome, record.reason) == (Outcome.FAILED, Reason.GRADER_TAMPERED)
+        assert "refused, not the agent's" not in notes, notes
+    else:
+        assert (record.outcome, record.reason) == (Outcome.FAILED, Reason.TESTS_FAILED), notes
+        assert "refused, not the agent's (it does not run in the sandbox): pid" in notes, notes
 
 
 def test_a_grader_that_cannot_start_is_the_harness_s_error(

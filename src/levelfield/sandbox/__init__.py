@@ -84,6 +84,7 @@ class GraderView:
 
     root: list[str]  # bubblewrap arguments that build the root, without the grader's own paths
     network: Path  # /proc/PID/ns/net of the sandbox
+    processes: Path | None  # /proc/PID/ns/pid of the sandbox: whose processes are the agent's
     cgroup_procs: Sequence[Path]  # the trial cgroup's procs files (one per v1 hierarchy)
     env: dict[str, str]  # the image's (or the host userland's) base environment
     workdir: PurePosixPath

@@ -10,10 +10,13 @@ is still there to be read.
 
 Whose a process is comes from the kernel, not from anything the sandbox can say: a grader's
 process descends from the grader's bubblewrap (its parent chain in /proc, read on the host while
-the opener is held), or is the harness itself. A process that is neither is an intruder: the
-agent reached the grader's files, and the trial is `grader_tampered` with its command line. The
-namespaces already keep the agent's processes away from these files; the witness is what holds
-when they would not (`tests/hostile`), and it does not trust them to.
+the opener is held), or is the harness itself. Any other process is refused. One that runs in the
+agent's sandbox (its PID namespace) is an intruder: the agent reached the grader's files, and the
+trial is `grader_tampered` with its command line. One that does not (a host's backup or search
+walking the run directory, a VM sharing the host's files) is not the agent's doing: it is named
+in the trial's notes and the verdict stands. The namespaces already keep the agent's processes
+away from these files; the witness is what holds when they would not (`tests/hostile`), and it
+does not trust them to.
 
 If the witness thread ever fails, the group is closed, which allows every pending open: the
 grader is never left hanging on the harness.
@@ -78,9 +81,14 @@ class WitnessUnavailable(OSError):
 class Witness:
     """Watches one filesystem while `allow` holds the grader's root pid (its bubblewrap)."""
 
-    def __init__(self, mount_point: Path, names: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, mount_point: Path, names: dict[str, str] | None = None, agents: Path | None = None
+    ) -> None:
         self.mount_point = mount_point
         self.names = names or {}  # a folder of the filesystem → the path the grader knows it by
+        # /proc/PID/ns/pid of the agent's sandbox: a process in it is the agent's (unknown: all are)
+        self._agents = _namespace(agents) if agents is not None else None
+        self._outsiders: dict[int, Intrusion] = {}
         self._fd = -1
         self._thread: threading.Thread | None = None
         self._grader_pids: set[int] = set()
@@ -143,7 +151,12 @@ class Witness:
         return shown
 
     def notes(self) -> list[str]:
-        notes = []
+        with self._lock:
+            outside = [i.describe() for i in self._outsiders.values()]
+        notes = [
+            "refused, not the agent's (it does not run in the sandbox): " + line
+            for line in outside[:INTRUDERS_KEPT]
+        ]
         if self._overflowed:
             notes.append("the grader's witness lost events (its queue overflowed)")
         if self._failure:
@@ -191,18 +204,19 @@ class Witness:
         """An intruder is named while it still waits on the answer, then refused."""
         theirs = self._is_graders(pid)
         if theirs is False:
-            self._record(mask, event_fd, pid)
+            self._record(mask, event_fd, pid, self._is_agents(pid))
         if mask & FAN_OPEN_PERM:
             answer = FAN_ALLOW if theirs is not False else FAN_DENY
             with contextlib.suppress(OSError):
                 os.write(self._fd, _RESPONSE.pack(event_fd, answer))
 
-    def _record(self, mask: int, event_fd: int, pid: int) -> None:
+    def _record(self, mask: int, event_fd: int, pid: int, agents: bool) -> None:
         path = _path_of(event_fd, self.mount_point, self.names)
         with self._lock:
-            found = self._intruders.get(pid)
+            kept = self._intruders if agents else self._outsiders
+            found = kept.get(pid)
             if found is None:
-                found = self._intruders.setdefault(pid, Intrusion(pid, _command_of(pid)))
+                found = kept.setdefault(pid, Intrusion(pid, _command_of(pid)))
             if path and path not in found.paths:
                 found.paths.append(path)
             if mask & FAN_OPEN_PERM:
@@ -226,6 +240,13 @@ class Witness:
             if known is not None:
                 self._known[key] = known
         return known
+
+    def _is_agents(self, pid: int) -> bool:
+        """Whether a process not the grader's runs in the agent's sandbox: its PID namespace,
+        which nothing in there can leave (no new namespaces under the seccomp profile)."""
+        if self._agents is None:
+            return True
+        return _namespace(Path(f"/proc/{pid}/ns/pid")) == self._agents
 
     def _descends_from_grader(self, pid: int) -> bool | None:
         with self._lock:
@@ -260,6 +281,13 @@ def _libc() -> ctypes.CDLL:
         libc.fanotify_mark.restype = ctypes.c_int
         _LIBC = libc
     return _LIBC
+
+
+def _namespace(link: Path) -> str | None:
+    try:
+        return os.readlink(link)
+    except OSError:
+        return None
 
 
 def _stat_fields(pid: int) -> list[str] | None:

@@ -271,7 +271,7 @@ class Grader:
 
     def _witness(self) -> _witness.Witness | None:
         names = {name: str(inside) for inside, (name, _) in LAYOUT.items()}
-        witness = _witness.Witness(self.disk, names)
+        witness = _witness.Witness(self.disk, names, agents=self.view.processes)
         try:
             witness.start()
         except _witness.WitnessUnavailable as exc:

@@ -126,6 +126,7 @@ def grader_view(container: Container, scratch: Path) -> GraderView | None:
     return GraderView(
         root=root,
         network=Path(f"/proc/{pid}/ns/net"),
+        processes=Path(f"/proc/{pid}/ns/pid"),
         cgroup_procs=cgroup.procs_files(),
         env=env,
         workdir=container.workdir,

@@ -199,6 +199,7 @@ class ProcessSandbox:
         return GraderView(
             root=root,
             network=Path(f"/proc/{self.init_pid}/ns/net"),
+            processes=Path(f"/proc/{self.init_pid}/ns/pid"),
             cgroup_procs=self.cgroup.procs_files(),
             env=env,
             workdir=self.task.workdir,
