@@ -171,7 +171,7 @@ def test_every_attack_is_refused_and_recorded_and_nothing_else_reaches_the_upstr
     controls = [a for a in attempts if a["control"]]
     for attempt in attempts:
         if attempt["control"]:
-            assert attempt["statuses"][:1] == [200], attempt
+            assert attempt["statuses"][:1] == [200], (attempt, proxied.witness.errors)
         else:
             assert not any(200 <= s < 300 for s in attempt["statuses"]), attempt
     refused = [c for c in record.api_calls if c.outcome == "refused"]

@@ -48,6 +48,7 @@ class Seen:
 class Witness:
     model_port: int
     seen: list[Seen] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # model calls it could not hand on, and why
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -68,7 +69,13 @@ def _handler(witness: Witness) -> type[BaseHTTPRequestHandler]:
                 witness.seen.append(Seen(self.command, self.path, headers, body))
             path = self.path.partition("?")[0]
             if self.command == "POST" and path.endswith(MODEL_SUFFIXES):
-                status, content_type, answer = _ask_model(witness.model_port, self, body)
+                try:
+                    status, content_type, answer = _ask_model(witness.model_port, self, body)
+                except (OSError, http.client.HTTPException) as exc:  # said, not a bare hang-up
+                    with witness.lock:
+                        witness.errors.append(f"{self.command} {self.path}: {exc!r}")
+                    status, content_type = 502, "application/json"
+                    answer = json.dumps({"witness": repr(exc)}).encode()
             else:
                 status, content_type = 200, "application/json"
                 answer = json.dumps({"leaked": self.command + " " + self.path}).encode()
@@ -95,12 +102,16 @@ def _ask_model(port: int, request: BaseHTTPRequestHandler, body: bytes) -> tuple
         conn.close()
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # as the scripted model's: calls made at once all get in
+
+
 @contextmanager
 def witness_upstream(model_port: int) -> Iterator[tuple[str, Witness]]:
     """The witness on host loopback in front of the scripted model at `model_port`; yields its
     base URL and what it saw."""
     witness = Witness(model_port)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(witness))
+    server = _Server(("127.0.0.1", 0), _handler(witness))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -25,6 +25,9 @@ class LoopbackServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog is 5: calls made at once (a CLI's parallel calls, a trial's
+    # burst) beyond it could find the connection reset before its request was read
+    request_queue_size = 128
 
     def __init__(
         self,
