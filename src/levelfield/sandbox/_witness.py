@@ -143,25 +143,27 @@ class Witness:
             os.close(fd)
 
     def intrusions(self) -> list[str]:
-        with self._lock:
-            found = [i.describe() for i in self._intruders.values()]
-        shown = found[:INTRUDERS_KEPT]
-        if len(found) > INTRUDERS_KEPT:
-            shown.append(f"and {len(found) - INTRUDERS_KEPT} more processes")
-        return shown
+        return self._named(self._intruders)
 
     def notes(self) -> list[str]:
-        with self._lock:
-            outside = [i.describe() for i in self._outsiders.values()]
         notes = [
             "refused, not the agent's (it does not run in the sandbox): " + line
-            for line in outside[:INTRUDERS_KEPT]
+            for line in self._named(self._outsiders)
         ]
         if self._overflowed:
             notes.append("the grader's witness lost events (its queue overflowed)")
         if self._failure:
             notes.append(f"the grader's witness stopped early: {self._failure}")
         return notes
+
+    def _named(self, kept: dict[int, Intrusion]) -> list[str]:
+        """The first INTRUDERS_KEPT processes described, the rest counted."""
+        with self._lock:
+            found = [i.describe() for i in kept.values()]
+        shown = found[:INTRUDERS_KEPT]
+        if len(found) > INTRUDERS_KEPT:
+            shown.append(f"and {len(found) - INTRUDERS_KEPT} more processes")
+        return shown
 
     # -- the thread ------------------------------------------------------------------------
 
