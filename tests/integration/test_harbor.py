@@ -410,6 +410,7 @@ def test_what_a_killed_harbor_left_is_reaped_by_the_next_trial(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
     from levelfield.harbor import leftovers
+    from levelfield.hosted import leftovers as hosted_leftovers
     from levelfield.sandbox.cgroups import PREFIX, detect
     from levelfield.sandbox.disks import mounts_under
 
@@ -426,7 +427,7 @@ def test_what_a_killed_harbor_left_is_reaped_by_the_next_trial(
     assert any(c.is_dir() for c in cgroups)  # the dead Harbor left its trial's cgroup
     assert mounts_under(tmp_path.resolve())  # and its trial disk, mounted in the trial folder
 
-    leftovers._reaped.clear()  # as in a new Harbor process
+    hosted_leftovers._reaped.clear()  # as in a new Harbor process
     box = _box(make_task, tmp_path)
     box.stop(None)
     assert not any(c.is_dir() for c in cgroups)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from levelfield.hosted import leftovers
-from levelfield.hosted.leftovers import OWNER_FILE, _reaped
+from levelfield.hosted.leftovers import OWNER_FILE
 
 RUN_PREFIX = "harbor-"
 
-__all__ = ["OWNER_FILE", "RUN_PREFIX", "_reaped", "reap_dead_runs", "run_id"]
+__all__ = ["OWNER_FILE", "RUN_PREFIX", "reap_dead_runs", "run_id"]
 
 
 def run_id() -> str:
