@@ -9,41 +9,56 @@
 #                             Harbor 0.25 and 0.26 in .venv-harbor and .venv-harbor-0.26
 #                             (scripts/harbor_setup.sh), and Inspect with inspect-harbor in
 #                             .venv-inspect (scripts/inspect_setup.sh)
+# Each step prints `phase: NAME: N s`. Independent steps run side by side: the Debian packages
+# first, in one apt-get call; then the venvs (downloads), the VM's kernel, the engines and the
+# stand-in bases at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/phase.sh
 profile="${1:-run}"
 
 packages=(bubblewrap e2fsprogs util-linux procps iproute2 iptables libseccomp2 python3-venv)
 if [ "$profile" = test ]; then
-  packages+=(chromium docker-registry qemu-system-x86)
+  packages+=(chromium docker-registry qemu-system-x86 docker.io patchelf
+             podman runc conmon catatonit netavark aardvark-dns slirp4netns uidmap
+             debootstrap ca-certificates xz-utils)  # scripts/oci_setup.sh's, in the same call
   command -v npm >/dev/null || packages+=(nodejs npm)
 fi
-missing=()
-for pkg in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
-done
-if ((${#missing[@]})); then
+install_packages() {
+  local missing=() pkg
+  for pkg in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+  done
+  ((${#missing[@]})) || return 0
   echo "setup: installing ${missing[*]}"
   apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" \
+    >/dev/null
+}
+install_venv() {
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  local extras=""
+  [ "$profile" = test ] && extras="[dev,oci,ray,agents,inspect]"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras}"
+}
+phase "setup: Debian packages" install_packages
+
+if [ "$profile" != test ]; then
+  phase "setup: .venv" install_venv
+  exit 0
 fi
 
-[ -x .venv/bin/python ] || python3 -m venv .venv
-extras=""
-[ "$profile" = test ] && extras="[dev,oci,ray,agents,inspect]"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras}"
-
-if [ "$profile" = test ]; then
-  # three venvs of their own (Python 3.12), made while the engines and bases are set up: ~2-4
-  # min the first time (mostly downloads), <1 s after
-  bash scripts/harbor_setup.sh & harbor_025=$!   # Harbor 0.25 in .venv-harbor
-  bash scripts/harbor_setup.sh 0.26.0 .venv-harbor-0.26 & harbor_026=$!  # its newest release
-  bash scripts/inspect_setup.sh & inspect=$!     # inspect-ai + inspect-harbor in .venv-inspect
-  bash scripts/oci_setup.sh           # podman, runc, its API socket (~10-30 s fresh, <1 s after)
-  bash scripts/offline_bases.sh .venv/bin/python  # stand-in bases: ~5 min once, then cached
-  bash scripts/docker_setup.sh        # the Docker Engine beside podman (~20 s fresh, <1 s after)
-  DOCKER_HOST=unix:///run/levelfield-docker.sock \
-    bash scripts/offline_bases.sh .venv/bin/python  # the same bases in Docker (cached: ~15 s)
-  bash scripts/vm_cgroup2.sh --build  # the cgroup v2 VM's kernel + initramfs: ~20 s once, cached
-  wait "$harbor_025"; wait "$harbor_026"; wait "$inspect"
-fi
+# Three venvs of their own (Python 3.12), mostly downloads; the VM's kernel (apt-get download).
+phase_start "setup: .venv-harbor (Harbor 0.25)" bash scripts/harbor_setup.sh; harbor_025=$phase_pid
+phase_start "setup: .venv-harbor-0.26" bash scripts/harbor_setup.sh 0.26.0 .venv-harbor-0.26
+harbor_026=$phase_pid
+phase_start "setup: .venv-inspect" bash scripts/inspect_setup.sh; inspect=$phase_pid
+phase_start "setup: cgroup v2 VM kernel" bash scripts/vm_cgroup2.sh --build; vm=$phase_pid
+phase_start "setup: Docker Engine" bash scripts/docker_setup.sh; docker=$phase_pid
+phase "setup: podman" bash scripts/oci_setup.sh
+phase "setup: .venv" install_venv
+phase "setup: stand-in bases (podman)" bash scripts/offline_bases.sh .venv/bin/python
+wait "$docker"
+DOCKER_HOST=unix:///run/levelfield-docker.sock \
+  phase "setup: stand-in bases (Docker)" bash scripts/offline_bases.sh .venv/bin/python
+wait "$harbor_025"; wait "$harbor_026"; wait "$inspect"; wait "$vm"

@@ -30,6 +30,37 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# Started first when the suite runs on several workers (`-n`): the longest groups, so that no
+# worker is left with one of them at the end while the others idle.
+LONGEST_FIRST = (
+    "tests/integration/test_cgroup2_vm.py",
+    "tests/hostile/test_hostile.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """One worker per module (and per value of a module's shared, parametrized fixture, such as
+    the engine or the backend): a module's expensive fixtures are then made once, as in a run
+    on one process. Under `--dist loadgroup` the groups go to the workers longest first."""
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
+def _worker_group(item: pytest.Item) -> str:
+    module = item.nodeid.split("::")[0]
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return module
+    shared = []
+    for name, value in sorted(callspec.params.items()):
+        definitions = item._fixtureinfo.name2fixturedefs.get(name, ())  # type: ignore[attr-defined]
+        if definitions and definitions[-1].scope in ("module", "package", "session"):
+            shared.append(f"{name}={value}")
+    return "|".join([module, *shared])
+
+
 def missing_sandbox_prerequisites() -> list[str]:
     missing = [tool for tool in ("bwrap", "nsenter", "mkfs.ext4") if shutil.which(tool) is None]
     if os.geteuid() != 0:

@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -33,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from levelfield.errors import HostUnsupported, SandboxStartError
+from levelfield.sandbox.oci._cpython import SUITE, cpython_origin, cpython_tarball, cpython_version
+from levelfield.sandbox.oci._cpython import run_checked as _run
 
 DEFAULT_CACHE_DIR = Path(os.environ.get("LEVELFIELD_CACHE_DIR", "/var/cache/levelfield"))
 RECIPE_VERSION = "1"  # bump when the recipes below change: cached images then rebuild
-SUITE = "bookworm"
-PYTHON_SOURCE_SUITE = "trixie"  # its python3.13 source package carries the upstream tarball
 UV_VERSION = "0.9.5"  # the uv version TB2's tests/test.sh download with uv's installer script
 MINBASE_IMAGE = "levelfield/stand-in-bookworm"
 STAND_IN_FOR = {  # the FROM names of the sample, fully qualified as the engine stores them
@@ -53,31 +52,8 @@ PYTHON_RUNTIME_PACKAGES = (
     "ca-certificates netbase tzdata libbz2-1.0 libexpat1 libffi8 libgdbm6 libgdbm-compat4 "
     "liblzma5 libncursesw6 libreadline8 libsqlite3-0 libssl3 libtinfo6 libuuid1 zlib1g"
 )
-PYTHON_BUILD_PACKAGES = (
-    "gcc make pkg-config libc6-dev libbz2-dev libffi-dev libgdbm-dev libgdbm-compat-dev "
-    "liblzma-dev libncursesw5-dev libreadline-dev libsqlite3-dev libssl-dev uuid-dev zlib1g-dev "
-    "xz-utils"
-)
-# No PGO/LTO: they triple the build time for a stand-in whose speed no test measures.
-_CPYTHON_BUILD = f"""set -eu
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -q >/dev/null
-apt-get install -y -q --no-install-recommends {PYTHON_BUILD_PACKAGES} >/dev/null
-mkdir -p /build && cd /build
-tar -xJf /src/python.tar.xz --strip-components=1
-./configure --prefix=/usr/local --enable-loadable-sqlite-extensions --with-ensurepip=install \\
-    --enable-option-checking=fatal >/build/configure.log
-make -j"$(nproc)" >/build/make.log 2>&1 || {{ tail -50 /build/make.log; exit 1; }}
-make install DESTDIR=/out/root >/build/install.log 2>&1 \
-    || {{ tail -50 /build/install.log; exit 1; }}
-cd /out/root/usr/local
-rm -rf lib/python3.*/test lib/python3.*/idlelib/idle_test lib/python3.*/tkinter/test \\
-    lib/python3.*/config-*/libpython3.*.a
-find . -depth -name __pycache__ -path '*/test*' -exec rm -rf {{}} +
-strip --strip-unneeded bin/python3.* lib/python3.*/lib-dynload/*.so 2>/dev/null || true
-for n in idle3 pip3 pydoc3 python3 python3-config; do ln -sf "$n" "bin/${{n%3}}"; done
-tar -C /out/root -czf /out/cpython.tar.gz usr
-"""
+
+
 def uv_shim_install(uv_dir: str = SHIM_UV_DIR, python_dir: str = SHIM_PYTHON_DIR) -> str:
     """Run before test.sh: what uv's installer script would have left in $HOME, linked to the
     shim's uv, uvx and CPython (bound read-only at `uv_dir` and `python_dir`), so that `curl … |
@@ -152,8 +128,8 @@ def build_offline_bases(
     cache_dir.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(f"{RECIPE_VERSION}|{SUITE}|{mirror}".encode()).hexdigest()[:12]
     minbase, minbase_cached = _minbase(client, cache_dir, mirror, key, log)
-    cpython = _cpython(client, cache_dir, minbase, log, network)
-    version = _cpython_version(cpython)
+    cpython = cpython_tarball(client, cache_dir, minbase, mirror, log, network)
+    version = cpython_version(cpython)
     python_key = f"{key}-{version}"
     plain = f"debian-{SUITE}-minbase ({mirror})"
     out = [
@@ -164,7 +140,7 @@ def build_offline_bases(
             "python",
             minbase,
             python_key,
-            f"debian-{SUITE}-minbase + CPython {version} (source: Debian {PYTHON_SOURCE_SUITE})",
+            f"debian-{SUITE}-minbase + CPython {version} ({cpython_origin(cpython)})",
             cpython,
             log,
             network,
@@ -254,96 +230,6 @@ def _customize(root: Path, mirror: str) -> None:
         lists.unlink()
 
 
-def _run(argv: list[str], what: str, cwd: Path | None = None) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
-    if done.returncode != 0:
-        tail = (done.stdout + done.stderr).strip()[-2000:]
-        raise SandboxStartError(f"{what} failed ({done.returncode}): {tail}")
-
-
-def _cpython(
-    client: Any, cache_dir: Path, minbase: str, log: Log, network: str | None = None
-) -> Path:
-    """The cached CPython 3.13 tarball (usr/local/...), building it once if there is none."""
-    built = sorted((cache_dir / "cpython").glob(f"cpython-3.13.*-{SUITE}-*.tar.gz"))
-    if built:
-        return built[-1]
-    source = _python_source(cache_dir, log)
-    version = source.name.split("_")[1].removesuffix(".orig.tar.xz")
-    target = cache_dir / "cpython" / f"cpython-{version}-{SUITE}-{os.uname().machine}.tar.gz"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    log(f"building CPython {version} in {minbase} (once per machine, ~3 min)")
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        (Path(tmp) / "build.sh").write_text(_CPYTHON_BUILD)
-        _run_container(
-            client,
-            minbase,
-            ["bash", "/work/build.sh"],
-            {str(source): "/src/python.tar.xz", tmp: "/work", f"{tmp}/out": "/out"},
-            network,
-        )
-        (Path(tmp) / "out" / "cpython.tar.gz").rename(target)
-    return target
-
-
-def _run_container(
-    client: Any, image: str, argv: list[str], binds: dict[str, str], network: str | None
-) -> None:
-    for host in binds:
-        if not Path(host).exists():
-            Path(host).mkdir(parents=True)
-    volumes = {host: {"bind": inside, "mode": "rw"} for host, inside in binds.items()}
-    container = client.containers.run(
-        image,
-        argv,
-        volumes=volumes,
-        detach=True,
-        labels={"levelfield.run": "offline-bases"},
-        network_mode=network,
-    )
-    try:
-        code = container.wait()["StatusCode"]
-        if code != 0:
-            tail = container.logs().decode(errors="replace")[-3000:]
-            raise SandboxStartError(f"CPython build exited {code}: {tail}")
-    finally:
-        with contextlib.suppress(Exception):
-            container.remove(force=True)
-
-
-def _python_source(cache_dir: Path, log: Log) -> Path:
-    """Debian trixie's python3.13 .orig tarball (the upstream release), via `apt-get source`."""
-    src = cache_dir / "src"
-    found = sorted(src.glob("python3.13_*.orig.tar.xz"))
-    if found:
-        return found[-1]
-    log(f"fetching python3.13 source from Debian {PYTHON_SOURCE_SUITE}")
-    apt = cache_dir / "apt"
-    (apt / "lists" / "partial").mkdir(parents=True, exist_ok=True)
-    src.mkdir(parents=True, exist_ok=True)
-    (apt / "sources.list").write_text(
-        "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
-        f"{detect_mirror()} {PYTHON_SOURCE_SUITE} main\n"
-    )
-    options = [
-        f"-oDir::Etc::SourceList={apt / 'sources.list'}",
-        "-oDir::Etc::SourceParts=/dev/null",
-        f"-oDir::State::Lists={apt / 'lists'}",
-        f"-oDir::Cache={apt / 'cache'}",
-        "-oAPT::Sandbox::User=root",
-    ]
-    _run(["apt-get", *options, "update"], "apt-get update (deb-src)")
-    _run(["apt-get", *options, "source", "--download-only", "python3.13"], "apt-get source", src)
-    found = sorted(src.glob("python3.13_*.orig.tar.xz"))
-    if not found:
-        raise SandboxStartError(f"apt-get source python3.13 left no .orig tarball in {src}")
-    return found[-1]
-
-
-def _cpython_version(tarball: Path) -> str:
-    return tarball.name.split("-")[1]
-
-
 def _derive(
     client: Any,
     kind: str,
@@ -368,7 +254,7 @@ def _derive(
             shutil.copy2(cpython, context / "cpython.tar.gz")
             lines += [
                 "ENV PATH=/usr/local/bin:$PATH LANG=C.UTF-8 "
-                f"PYTHON_VERSION={_cpython_version(cpython)}",
+                f"PYTHON_VERSION={cpython_version(cpython)}",
                 "RUN apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
                 f"--no-install-recommends {PYTHON_RUNTIME_PACKAGES} >/dev/null "
                 "&& rm -rf /var/lib/apt/lists/*",
@@ -407,7 +293,7 @@ def prepare_uv_shim(cache_dir: Path, cpython: Path, log: Log = print) -> None:
                     data = archive.read(f"uv-{UV_VERSION}.data/scripts/{name}")
                     (uv_dir / name).write_bytes(data)
                     (uv_dir / name).chmod(0o755)
-    python_dir = _shim_python_dir(cache_dir, _cpython_version(cpython))
+    python_dir = _shim_python_dir(cache_dir, cpython_version(cpython))
     if not (python_dir / "bin" / "python3.13").exists():
         log(f"unpacking CPython for the uv shim into {python_dir}")
         partial = python_dir.with_name(python_dir.name + ".partial")
