@@ -38,6 +38,7 @@ LONGEST_FIRST = (
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups from the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """One worker per module (and per value of a module's shared, parametrized fixture, such as
     the engine or the backend): a module's expensive fixtures are then made once, as in a run
@@ -46,6 +47,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On a worker, every test must carry its group: without it xdist spreads a module over
+    several workers, and two of them then start the same shared fixture (a Ray cluster, a
+    hostile run) side by side, which the tests are not written for."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    lost = [item.nodeid for item in session.items if "@" not in item.nodeid]
+    if lost:
+        raise pytest.UsageError(
+            f"{len(lost)} tests lost their xdist group (first: {lost[0]}): this pytest and "
+            "pytest-xdist do not agree on how a group is marked; see pyproject.toml's pin"
+        )
 
 
 def _worker_group(item: pytest.Item) -> str:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 ADD_KEY, KEYCTL, KEYCTL_INVALIDATE, USER_KEYRING = 248, 250, 21, -4  # x86-64, keyutils.h
 KEY_PREFIX = "levelfield-hostile"
+# the host's own keys: this run's, and those of hostile runs in flight beside it
+CANARY_PREFIX = f"{KEY_PREFIX}-canary-"
 
 
 @dataclass
@@ -40,7 +42,7 @@ class HostCanaries:
     @classmethod
     def start(cls) -> HostCanaries:
         tag = uuid.uuid4().hex[:12]
-        desc = f"{KEY_PREFIX}-canary-{tag}"
+        desc = f"{CANARY_PREFIX}{tag}"
         found = cls(desc, _add_user_key(desc, b"42"), f"lfuser{tag}", f"lf-proxy-pw-{tag}")
         found._serve(found._service, "HOST-SERVICE")
         found._serve(found._proxy, "proxy")

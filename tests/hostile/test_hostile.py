@@ -38,7 +38,7 @@ from levelfield.tasks import load_dataset
 from ..conftest import missing_sandbox_prerequisites, require
 from ..integration._helpers import leftovers
 from ._attacks import ATTACKS, Attack, write_dataset
-from ._canaries import HostCanaries, encodings, files_under
+from ._canaries import CANARY_PREFIX, HostCanaries, encodings, files_under
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -255,8 +255,10 @@ def test_no_key_crosses_trials_or_runs(hostile: HostileRun) -> None:
     trial's reach, and nothing a trial tried is in the host's keyring afterwards."""
     assert hostile.records["keyring-read"].outcome is Outcome.FAILED
     assert "42" not in _agent_log(hostile, "keyring-read").replace(" 42 ", "")
-    planted = [line for line in hostile.host.host_keys if hostile.host.key_desc not in line]
-    assert planted == [], planted  # only the host's own canary is there
+    keys = hostile.host.host_keys
+    assert any(hostile.host.key_desc in line for line in keys), keys  # the settle saw the keyring
+    planted = [line for line in keys if CANARY_PREFIX not in line]
+    assert planted == [], planted  # only the host's canaries are there (other workers' runs too)
 
 
 def test_trials_in_flight_never_meet(hostile: HostileRun) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -68,27 +69,27 @@ MARKER = "levelfield-test-marker"  # the argv[0] of a process the agent leaves, 
 
 
 def _intrude_while_grading(
-    tmp_path: Path, *, enter: bool
+    tmp_path: Path, *, enter: bool, graded: threading.Event
 ) -> list[subprocess.CompletedProcess[str]]:
     """Once test.sh is on the grader's disk: read it, and write a reward there, by its path on
     the host. `enter`: from inside the agent's PID namespace (nsenter into that of the process
-    the agent left), as a process that escaped only its mount namespace would."""
-    tried: list[subprocess.CompletedProcess[str]] = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    the agent left), as a process that escaped only its mount namespace would. It watches until
+    the trial is over, however long the sandbox takes to start on a busy machine."""
+    while not graded.is_set():
         found = list((tmp_path / "run" / "trials").glob("*/grader/tests/test.sh"))
         if found:
             time.sleep(0.5)
             grader_dir = found[0].parents[1]
             prefix = ["nsenter", "--target", str(_pid_of(MARKER)), "--pid", "--"] if enter else []
-            for argv in (
-                ["cat", str(found[0])],
-                ["sh", "-c", f"echo 1 > {grader_dir}/verifier/reward.txt"],
-            ):
-                tried.append(subprocess.run([*prefix, *argv], capture_output=True, text=True))
-            return tried
+            return [
+                subprocess.run([*prefix, *argv], capture_output=True, text=True)
+                for argv in (
+                    ["cat", str(found[0])],
+                    ["sh", "-c", f"echo 1 > {grader_dir}/verifier/reward.txt"],
+                )
+            ]
         time.sleep(0.02)
-    return tried
+    raise AssertionError("the trial ended before its test.sh was seen on the grader's disk")
 
 
 def _pid_of(argv0: str) -> int:
@@ -110,14 +111,17 @@ def test_the_witness_refuses_every_other_process_and_blames_only_the_agents(
     process that escaped its mount namespace) the verdict is the agent's `grader_tampered`, with
     its command line; from the host's (a backup, a search over the run directory, a VM sharing
     the host's files) it is not the agent's doing: it is noted, and the verdict stands."""
-    tried: list[subprocess.CompletedProcess[str]] = []
-    thread = threading.Thread(
-        target=lambda: tried.extend(_intrude_while_grading(tmp_path, enter=enter))
-    )
-    thread.start()
-    test = "sleep 3\necho 0 > /logs/verifier/reward.txt\n"
-    _, record = _run(make_task, tmp_path, solve=f"(exec -a {MARKER} sleep 120) &", test=test)
-    thread.join()
+    graded = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        intruding = pool.submit(_intrude_while_grading, tmp_path, enter=enter, graded=graded)
+        test = "sleep 5\necho 0 > /logs/verifier/reward.txt\n"
+        try:
+            _, record = _run(
+                make_task, tmp_path, solve=f"(exec -a {MARKER} sleep 120) &", test=test
+            )
+        finally:
+            graded.set()
+        tried = intruding.result()  # the intruder's own failure, if any, is raised here
     assert [t.returncode for t in tried] == [1, 2], tried
     assert all("Operation not permitted" in t.stderr for t in tried), tried
     notes = " | ".join(record.evidence.notes)
