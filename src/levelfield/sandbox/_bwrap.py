@@ -25,10 +25,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
 from levelfield.sandbox import DEFAULT_CAPABILITIES
+from levelfield.sandbox._system_view import view_of
 
 # Host directories the userland needs, bound read-only when present. /var carries dpkg state and
 # /opt vendor tools; none of them hold harness data.
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/var", "/srv")
+# Where mounts come and go while trials run (the engines' storage, runs' volumes): bound from a
+# view without them (`_system_view`). /etc keeps its own, such as a bound /etc/resolv.conf.
+CHURNING_DIRS = ("/var", "/srv")
 MERGED_USR_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 HOSTNAME = "sandbox"
 # bwrap reports the init's pid before its mounts are done; the init touches this file (on its
@@ -44,7 +48,8 @@ def system_binds() -> list[str]:
     args: list[str] = []
     for directory in SYSTEM_DIRS:
         if Path(directory).is_dir():
-            args += ["--ro-bind", directory, directory]
+            source = view_of(directory) if directory in CHURNING_DIRS else directory
+            args += ["--ro-bind", source, directory]
     for link in MERGED_USR_LINKS:
         path = Path(link)
         if path.is_symlink():
