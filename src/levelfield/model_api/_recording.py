@@ -150,10 +150,12 @@ class CallLog:
             self._in_flight.append(ex)
 
     def end(self, ex: Exchange) -> None:
+        """Recorded before it leaves the calls in flight: `settle` seals the log once none is
+        left, and a call recorded after that would be lost (the agent has its answer already)."""
+        self._record(ex)
         with self._settled:
             self._in_flight.remove(ex)
             self._settled.notify_all()
-        self._record(ex)
 
     def settle(self, timeout_s: float = SETTLE_TIMEOUT_S) -> list[ApiCall]:
         """Every call, once those in flight are recorded: a CLI may exit the moment its last
