@@ -229,6 +229,7 @@ def _phases(
     verdict = run_verifier(trial.task, box, trial_dir=trial_dir)
     log.verifier, log.reward = verdict.phase, verdict.reward
     log.graded_nothing, log.grader_broken = verdict.graded_nothing, verdict.grader_broken
+    log.unbacked = verdict.unbacked
     log.tampered, log.notes = verdict.tampered, (*log.notes, *verdict.notes)
     log.left_running = verdict.left_running
 

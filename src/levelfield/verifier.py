@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from levelfield.outcome import graded_nothing, grader_broken, named_reports
+from levelfield.outcome import graded_nothing, grader_broken, named_reports, unbacked
 from levelfield.records import PhaseResult
 from levelfield.sandbox import Sandbox, grader, trees
 from levelfield.tasks import Task
@@ -60,6 +60,7 @@ class Verdict:
     reward: float | None
     graded_nothing: str | None = None  # why the reward stands on no test (the evidence)
     grader_broken: str | None = None  # how the agent's own changes broke the grader
+    unbacked: str | None = None  # how the tests' own record contradicts the reward: the agent's
     tampered: tuple[str, ...] = ()  # what of the grader changed: the agent's doing
     notes: tuple[str, ...] = ()  # what the agent left in /logs/verifier; what the reward was
     left_running: tuple[str, ...] = ()  # the agent's processes, when grading began
@@ -111,13 +112,13 @@ def _apart(
         *judge.notes(),
     ]
     output = _read_from(log, offset)
-    nothing, broken = _graded(task, reader, box, output)
+    graded = _graded(task, reader, box, output, reward)
     if judge.setup_failure is not None:
-        nothing, broken = _not_started(judge)
+        graded = (*_not_started(judge), None)
     skipped = judge.keep_logs(trial_dir / GRADER_LOGS)
     notes += [f"not copied from the grader's /logs/verifier: {entry}" for entry in skipped]
     return Verdict(
-        phase, reward, nothing, broken, tuple(tampered), tuple(notes), judge.view.leftovers
+        phase, reward, *graded, tuple(tampered), tuple(notes), judge.view.leftovers
     )
 
 
@@ -149,8 +150,8 @@ def _in_sandbox(task: Task, box: Sandbox, trial_dir: Path, left_notes: list[str]
         *([problem] if problem else []),
     ]
     output = _read_from(log, offset)
-    nothing, broken = _graded(task, box, box, output)
-    return Verdict(phase, reward, nothing, broken, tuple(tampered), tuple(notes))
+    graded = _graded(task, box, box, output, reward)
+    return Verdict(phase, reward, *graded, tuple(tampered), tuple(notes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,22 +200,27 @@ def tests_changes(shipped: dict[str, str], found: dict[str, str]) -> tuple[list[
     return changed, [path for path in gained if not LOADED_BY_RUNNER.search(path)]
 
 
-def _graded(task: Task, reader: Reader, box: Sandbox, output: str) -> tuple[str | None, str | None]:
-    """Whether the grader graded nothing, and whether the agent broke it (`outcome`'s rules),
-    from test.sh, the report files it names as found now, and the engine's diff on demand."""
+def _graded(
+    task: Task, reader: Reader, box: Sandbox, output: str, reward: float | None
+) -> tuple[str | None, str | None, str | None]:
+    """Whether the grader graded nothing, whether the agent broke it, and whether the tests'
+    own record contradicts the reward (`outcome`'s rules), from test.sh, the report files it
+    names as found now, and the engine's diff on demand."""
     try:
         test_sh = (task.tests_dir / "test.sh").read_text(errors="replace")
     except OSError:
-        return None, None
+        return None, None, None
     reports = {
         path: _file(reader.read_entry(path, max_bytes=trees.READ_MAX_BYTES))
         for path in named_reports(test_sh, task.workdir)
     }
+    contradicted = unbacked(output, reports, reward)
     nothing = graded_nothing(test_sh, output, reports)
     if nothing is None:
-        return None, None
+        return None, None, contradicted
     changes = getattr(box, "changes", None)
-    return nothing, grader_broken(output, changes if changes is not None else lambda: None)
+    broken = grader_broken(output, changes if changes is not None else lambda: None)
+    return nothing, broken, contradicted
 
 
 def _file(found: trees.Entry) -> bytes | None:

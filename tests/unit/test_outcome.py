@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 
 from levelfield import errors
@@ -82,7 +84,8 @@ API_FAILED = AgentReport(exit_code=1, api_failure=True, message="Invalid API key
         (PhaseLog(setup=SETUP_FAILED, evidence=Evidence(oom_kills=1)), Reason.OOM_KILLED),
         (PhaseLog(error=errors.AgentSetupError("npm view failed")), Reason.AGENT_SETUP_FAILED),
         (PhaseLog(reward=0.0, graded_nothing="ctrf.json missing"), Reason.VERIFIER_ERROR),
-        (PhaseLog(reward=1.0, graded_nothing="ctrf.json missing"), Reason.TESTS_PASSED),
+        # a pass that stands on no test (the tests never started) is no pass: the verifier's
+        (PhaseLog(reward=1.0, graded_nothing="ctrf.json missing"), Reason.VERIFIER_ERROR),
         (PhaseLog(reward=0.0, report=API_FAILED), Reason.API_ERROR),
         (PhaseLog(reward=1.0, report=API_FAILED), Reason.TESTS_PASSED),
         (PhaseLog(reward=0.0, report=AgentReport(exit_code=1)), Reason.TESTS_FAILED),
@@ -133,6 +136,22 @@ def test_an_agent_timeout_does_not_outrank_a_grader_that_could_not_grade(
     if said is not None:
         assert said in note and "the agent timed out after 30.0 s" in note  # type: ignore[operator]
         assert outcome_of(reason) is Outcome.INFRA_ERROR
+
+
+@pytest.mark.parametrize("reward", [1.0, 0.0, None])
+def test_a_grader_ended_from_inside_or_denied_by_its_report_is_the_agents(
+    reward: float | None,
+) -> None:
+    """Once the tests started, the code under test runs in the grader: a reward its report does
+    not back, or a run that ended before its report (or any reward), is the agent's failure,
+    whatever the reward file says; kernel evidence and a tampered grader still come first."""
+    log = PhaseLog(reward=reward, unbacked="ctrf.json missing after the tests started")
+    assert classify(log) is Reason.TESTS_FAILED
+    assert outcome_of(Reason.TESTS_FAILED) is Outcome.FAILED
+    assert classify(replace(log, evidence=Evidence(oom_kills=1))) is Reason.OOM_KILLED
+    assert classify(replace(log, tampered=("reward",))) is Reason.GRADER_TAMPERED
+    timed_out = replace(log, verifier=PhaseResult(timed_out=True))
+    assert classify(timed_out) is Reason.VERIFIER_TIMEOUT
 
 
 def test_a_grader_the_agent_broke_is_the_agents_failure() -> None:

@@ -31,7 +31,13 @@ from levelfield.outcome._api import (
     stopping_call,
 )
 from levelfield.outcome._disk import ENOSPC_TEXT, could_have_filled, with_log_evidence
-from levelfield.outcome._grading import graded_nothing, grader_broken, named_reports
+from levelfield.outcome._grading import (
+    graded_nothing,
+    grader_broken,
+    named_reports,
+    runner_started,
+    unbacked,
+)
 from levelfield.outcome._imported import (
     IMPORTED_NOTE,
     RULES,
@@ -54,10 +60,10 @@ __all__ = [
     "OUTCOME_OF", "REASON_OF_ERROR", "REFUSAL_RUN", "RULES", "SIGKILL", "Decision", "Imported",
     "PhaseLog", "Rule", "budget_call", "classify", "could_have_filled", "decide",
     "graded_nothing", "grader_broken", "is_api_failure", "levelfield_error", "levelfield_reason",
-    "named_reports",
-    "outcome_for_status", "outcome_of", "reason_for_error", "reason_for_reward",
-    "reason_from_evidence", "refusals", "rule_for", "stopping_call", "unexplained_kill",
-    "ungraded_after_timeout", "with_log_evidence", "with_outcome_notes",
+    "named_reports", "outcome_for_status", "outcome_of", "reason_for_error", "reason_for_reward",
+    "reason_from_evidence", "refusals", "rule_for", "runner_started", "stopping_call",
+    "unbacked", "unexplained_kill", "ungraded_after_timeout", "with_log_evidence",
+    "with_outcome_notes",
 ]  # fmt: skip
 
 OUTCOME_OF: Final = MappingProxyType(
@@ -147,11 +153,21 @@ def classify(log: PhaseLog) -> Reason:
     A ceiling hit only decides when the trial did not pass: an agent that ran into its pids
     ceiling once, recovered and passed the tests has passed. A grader the agent changed
     outranks everything: its reward means nothing, and nothing else can excuse the change.
+
+    A reward the tests' own record contradicts is no pass, and a grader that ended from inside
+    once the tests had started (its report or reward never written) is the agent's failure:
+    the code under test runs there. A reward that stands on no test at all (the bootstrap
+    never got the tests started) is no pass either, and is the verifier's.
     """
     if log.tampered:
         return Reason.GRADER_TAMPERED
     kernel = reason_from_evidence(log.evidence)
-    passed = log.error is None and reason_for_reward(log.reward) is Reason.TESTS_PASSED
+    passed = (
+        log.error is None
+        and reason_for_reward(log.reward) is Reason.TESTS_PASSED
+        and log.unbacked is None
+        and log.graded_nothing is None
+    )
     if kernel is not None and not passed:
         return kernel
     if log.error is not None:
@@ -169,7 +185,9 @@ def classify(log: PhaseLog) -> Reason:
         return Reason.GRADER_BROKEN  # the agent's own changes left the grader unable to run
     if log.verifier is not None and log.verifier.timed_out:
         return Reason.VERIFIER_TIMEOUT
-    if log.graded_nothing is not None and not passed:
+    if log.unbacked is not None:
+        return Reason.TESTS_FAILED  # ended from inside, or a pass its report denies
+    if log.graded_nothing is not None:
         return Reason.VERIFIER_ERROR
     if log.reward is None:
         return Reason.VERIFIER_ERROR  # a timed-out agent too: its verifier could have passed it

@@ -14,6 +14,12 @@ apt saying that dpkg was interrupted or that a live process still holds its lock
 built with a working dpkg and the harness never runs it), or a python3 or pip that the grader
 could not run and that the sandbox's own record of changes shows the agent deleted or altered
 (the engine's diff against the image; on `process` the host's root is read-only, so never).
+
+Once the tests have started, the agent's code runs inside the grader (the tests import it, call
+it), so from then on the grader's own end is no evidence of the harness's: a pass needs the
+report test.sh names to exist and back it (tests counted, none failed: `unbacked`), and a grader
+that ended without that report, or without any reward, ended from inside. That is the agent's
+failure. Only what came before the tests started (the bootstrap) can be the infrastructure's.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from pathlib import PurePosixPath
+
+from levelfield.outcome._reports import Tally, read_tally
 
 REPORT_FLAG = re.compile(r"--(?:ctrf|junitxml|junit-xml|json-report-file)(?:=|\s+)([^\s;|&<>]+)")
 BOOTSTRAP_FAILURE = re.compile(
@@ -52,6 +60,8 @@ TOOL_MISSING = {
     ),
 }
 CHANGE_KINDS = {0: "changed", 2: "deleted"}  # the engine's diff: 0 modified, 1 added, 2 deleted
+# pytest writes its header, and flushes it, before it collects (imports) a single test module:
+# nothing of the agent's has run in the grader's test runner before this line.
 PYTEST_STARTED = re.compile(r"test session starts|collected \d+ item|\d+ (passed|failed)")
 EVIDENCE_LINES = 6
 
@@ -72,9 +82,12 @@ def named_reports(test_sh: str, workdir: PurePosixPath) -> list[PurePosixPath]:
 def graded_nothing(
     test_sh: str, output: str, reports: Mapping[PurePosixPath, bytes | None]
 ) -> str | None:
-    """Why the reward stands on no test, if it does: a report file test.sh names (`reports`:
-    each as read after the verifier, None when missing) missing or empty, or a bootstrap that
-    visibly failed before pytest started."""
+    """Why the reward stands on no test, if it does: before the tests started, a report file
+    test.sh names (`reports`: each as read after the verifier, None when missing) missing or
+    empty, or a bootstrap that visibly failed. After they started, a missing report is the
+    tests' run ending early (`unbacked`), not a grade that never began."""
+    if runner_started(output):
+        return None
     failures = [line for line in output.splitlines() if BOOTSTRAP_FAILURE.search(line)]
     for report, data in reports.items():
         if data is None or not data.strip():
@@ -82,8 +95,52 @@ def graded_nothing(
             return f"test.sh names {report} but it is {state} after the verifier" + _quote(
                 output, failures
             )
-    if failures and not PYTEST_STARTED.search(output) and "pytest" in test_sh:
+    if failures and "pytest" in test_sh:
         return "the verifier's bootstrap failed before any test ran" + _quote(output, failures)
+    return None
+
+
+def runner_started(output: str) -> bool:
+    return PYTEST_STARTED.search(output) is not None
+
+
+def unbacked(
+    output: str, reports: Mapping[PurePosixPath, bytes | None], reward: float | None
+) -> str | None:
+    """Why the tests' own record does not back the grader's reward, when the tests started:
+    a report test.sh names is missing or empty (the run ended before it reported), or a pass
+    whose report does not count tests that all passed; without a named report, a run that
+    ended with no reward at all. None when there is nothing to contradict."""
+    if not runner_started(output):
+        return None
+    for report, data in reports.items():
+        if data is None or not data.strip():
+            state = "missing" if data is None else "empty"
+            return (
+                f"the tests started, and {report}, which test.sh names, is {state} after the "
+                "verifier: the tests' run ended before it reported" + _quote(output)
+            )
+    if not reports:
+        return None if reward is not None else (
+            "the tests started, and the grader ended without writing a reward" + _quote(output)
+        )
+    if reward is None or reward < 1.0:
+        return None
+    for report, data in reports.items():
+        tally = read_tally(data or b"")
+        why = tally if isinstance(tally, str) else _short_of_a_pass(tally)
+        if why is not None:
+            return f"the reward is a pass, but {report} does not back it: {why}"
+    return None
+
+
+def _short_of_a_pass(tally: Tally) -> str | None:
+    if tally.failed:
+        return f"it counts {tally.failed} failed"
+    if tally.tests is None:
+        return "it does not count its tests"
+    if tally.tests == 0:
+        return "it counts no test run"
     return None
 
 

@@ -41,6 +41,7 @@ class PhaseLog:
     report: AgentReport | None = None
     graded_nothing: str | None = None  # why the verifier's reward stands on no test (verifier.py)
     grader_broken: str | None = None  # how the agent's own changes broke the grader (verifier.py)
+    unbacked: str | None = None  # how the tests' own record contradicts the reward (verifier.py)
     tampered: tuple[str, ...] = ()  # what of the grader the agent changed (verifier.py)
     left_running: tuple[str, ...] = ()  # the agent's processes when grading began (verifier.py)
     notes: tuple[str, ...] = ()  # what the agent left where the harness reads, and what was skipped

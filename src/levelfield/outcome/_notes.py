@@ -75,6 +75,8 @@ def with_outcome_notes(evidence: Evidence | None, log: PhaseLog) -> Evidence | N
         notes.append(f"agent setup {how}: {phase.output_tail[-SETUP_TAIL_CHARS:]}")
     if log.graded_nothing:
         notes.append(f"verifier graded nothing: {log.graded_nothing}")
+    if log.unbacked:
+        notes.append(f"the tests' own record does not back the reward: {log.unbacked}")
     if log.grader_broken:
         notes.append(f"the grader could not run because of the agent: {log.grader_broken}")
     notes += filter(None, [ungraded_after_timeout(log), unexplained_kill(log)])

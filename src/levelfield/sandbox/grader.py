@@ -267,7 +267,16 @@ class Grader:
         return _signals.default_argv(cgroups.joined(view.cgroup_procs, argv))
 
     def environment(self) -> dict[str, str]:
-        return {**self.view.env, "HOME": str(HOME), "TMPDIR": str(TMPDIR)}
+        """The view's, in the grader's HOME and TMPDIR. Python's output unbuffered: what a test
+        runner printed before the code under test ended it (pytest's header, written before it
+        imports a single test) is then in the log, where the verdict reads that the tests had
+        started; buffered, an `os._exit` in an imported module would take it along."""
+        return {
+            **self.view.env,
+            "HOME": str(HOME),
+            "TMPDIR": str(TMPDIR),
+            "PYTHONUNBUFFERED": "1",
+        }
 
     def _witness(self) -> _witness.Witness | None:
         names = {name: str(inside) for inside, (name, _) in LAYOUT.items()}
