@@ -336,3 +336,27 @@ def test_gemini_streamed_or_not_is_relayed_with_the_key_put_where_the_token_was(
     )
     assert model.keys_seen == [REAL_KEY] * 4  # header or query, the token became the key
     assert [s["tool"] for s in relay.trajectory()] == ["run_shell_command"] * 2
+
+
+def test_account_headers_the_agent_sets_never_reach_the_upstream(
+    proxy: tuple[ModelProxy, dict[str, str]], model: ScriptedModel
+) -> None:
+    """The SDKs send the organization and project they are given (OPENAI_ORG_ID, a header of the
+    agent's own): which account a call is billed to is the harness's key's, so a foreign one
+    cannot make the upstream refuse the call (a 401 booked as `api_error`). The call itself
+    goes through, with the rest of its headers."""
+    openai = pytest.importorskip("openai")
+    relay, urls = proxy
+    client = openai.OpenAI(
+        api_key=relay.token, base_url=urls["openai"], max_retries=0,
+        organization="org-foreign", project="proj-foreign",
+        default_headers={"X-Goog-User-Project": "foreign", "Anthropic-Organization": "foreign",
+                         "X-Agent-Note": "kept"},
+    )  # fmt: skip
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    (seen,) = model.headers_seen
+    account = {"openai-organization", "openai-project", "x-goog-user-project"}
+    assert not account & seen.keys() and "anthropic-organization" not in seen, seen
+    assert seen["x-agent-note"] == "kept" and seen["authorization"] == f"Bearer {REAL_KEY}"
+    (call,) = relay.calls
+    assert call.outcome == "ok"

@@ -119,6 +119,7 @@ class ScriptedModel:
     calls: int = 0
     keys_seen: list[str] = field(default_factory=list)
     requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    headers_seen: list[dict[str, str]] = field(default_factory=list)  # each POST's, lower-case
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterator[int] = field(default_factory=itertools.count)
 

@@ -39,6 +39,12 @@ BEARER_HEADER = "authorization"
 KEY_QUERY = "key"  # Google's API also takes the key in the query string
 # Never relayed as the client sent them: a credential goes upstream only as the real key.
 SECRET_HEADERS = frozenset({*KEY_HEADERS, BEARER_HEADER, "cookie", "proxy-authorization"})
+# Which account, project or quota a call is billed to: the harness's key decides that, never
+# the agent. Relayed, a foreign organization makes the upstream answer 401/403 to a call that
+# the harness's own request would have had answered: an agent's failure booked as `api_error`.
+ACCOUNT_HEADERS = frozenset(
+    {"openai-organization", "openai-project", "x-goog-user-project", "anthropic-organization"}
+)
 
 
 def providers_for(key_env: str | None) -> tuple[Provider, ...]:
@@ -69,9 +75,11 @@ class Credentials:
 def with_key(
     headers: dict[str, str], query: str, given: Credentials, key: str | None
 ) -> tuple[dict[str, str], str]:
-    """The upstream request's headers and query: every credential the client sent removed, and
-    the real key put where it had put its token. No key (a local server): no credential."""
-    upstream = {k: v for k, v in headers.items() if k.lower() not in SECRET_HEADERS}
+    """The upstream request's headers and query: every credential and account header the client
+    sent removed, and the real key put where it had put its token. No key (a local server): no
+    credential."""
+    dropped = SECRET_HEADERS | ACCOUNT_HEADERS
+    upstream = {k: v for k, v in headers.items() if k.lower() not in dropped}
     if key:
         for name in given.headers:
             upstream[name] = f"Bearer {key}" if name == BEARER_HEADER else key

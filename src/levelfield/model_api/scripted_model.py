@@ -147,6 +147,7 @@ class _ScriptedHandler(Handler):
         except (ValueError, UnicodeDecodeError):
             self.send_json(400, _error_shape(path)(400, 0.0))
             return
+        self.model.headers_seen.append({k.lower(): v for k, v in self.headers.items()})
         failure = self.model.next_call(path, body, _request_key(self))
         if failure is not None:
             self._fail(path, body, failure)
