@@ -195,10 +195,10 @@ def capability_names(mask: int) -> list[str]:
 
 
 def read_shell(output: str) -> Check:
-    """What SHELL_PROBE printed → a check: green when no capability beyond a default container's
-    is effective, no-new-privileges is on and a seccomp filter binds it. The set is named
-    against Docker's default."""
-    from levelfield.sandbox import DEFAULT_CAPABILITIES
+    """What SHELL_PROBE printed → a check: green when no capability beyond what levelfield grants
+    (a default container's less net_raw) is effective, no-new-privileges is on and a seccomp
+    filter binds it. The set is named against Docker's default."""
+    from levelfield.sandbox import DEFAULT_CAPABILITIES, DOCKER_DEFAULT_CAPABILITIES
 
     fields = {
         k: v.strip()
@@ -211,7 +211,7 @@ def read_shell(output: str) -> Check:
         return Check("agent shell", False, f"could not read its status: {output.strip()[-200:]}")
     held = capability_names(effective)
     beyond = [c for c in held if c not in DEFAULT_CAPABILITIES]
-    less = [c for c in DEFAULT_CAPABILITIES if c not in held]
+    less = [c for c in DOCKER_DEFAULT_CAPABILITIES if c not in held]
     named = "Docker's default set" + (f" less {', '.join(less)}" if less else "")
     no_new = fields.get("NoNewPrivs", "") == "1"
     seccomp = SECCOMP_MODES.get(fields.get("Seccomp", ""), "unknown")
@@ -220,7 +220,7 @@ def read_shell(output: str) -> Check:
     own_ns = bool(cgroups) and cgroups[0].endswith(":/")  # memory's (v1), or the one (v2)
     detail = (
         f"CapEff {effective:016x} "
-        + (f"(BEYOND a default container's: {', '.join(beyond)})" if beyond else f"({named})")
+        + (f"(BEYOND levelfield's set: {', '.join(beyond)})" if beyond else f"({named})")
         + f"; no-new-privileges {'on' if no_new else 'OFF'}"
         + f"; seccomp {seccomp}{filters if seccomp == 'filter' else ''}"
         + f"; cgroup namespace {'its own' if own_ns else 'the host one'}"

@@ -89,5 +89,5 @@ def test_doctor_reports_what_this_host_enforces() -> None:
         capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "400"},
     )  # fmt: skip
     shell = next(line for line in wide.stdout.splitlines() if "agent shell (process)" in line)
-    assert "CapEff 00000000a00425fb" in shell and "no-new-privileges on" in shell, shell
+    assert "CapEff 00000000a00405fb" in shell and "no-new-privileges on" in shell, shell
     assert "seccomp filter (1 filter)" in shell, shell  # loaded on the way in of its exec

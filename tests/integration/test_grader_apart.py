@@ -59,10 +59,26 @@ def test_the_grader_starts_clean_and_alone(make_task: MakeTask, tmp_path: Path) 
     assert "processes: /usr/bin/bwrap" in seen and "sleep 300" not in seen  # none of the agent's
     assert "(home)" in seen and ".curlrc" not in seen  # a fresh HOME
     assert "work" in seen  # the agent's work state is there
-    assert "CapEff: 00000000a00425fb" in seen and "NoNewPrivs: 1" in seen
+    assert "CapEff: 00000000a00405fb" in seen and "NoNewPrivs: 1" in seen
     assert "Seccomp: 2" in seen  # Docker's default profile, as the agent's phases have it
     assert any("sleep 300" in line for line in record.evidence.left_running)
     assert leftovers("api-run", tmp_path / "run") == []
+
+
+RAW_SOCKET = (
+    "python3 -c 'import socket\ntry:\n socket.socket(socket.AF_INET, socket.SOCK_RAW, "
+    "socket.IPPROTO_UDP); print(\"raw: opened\")\nexcept PermissionError as e: "
+    "print(\"raw: refused\", e.errno)' > /app/raw.txt"
+)
+
+
+def test_an_agent_cannot_open_a_raw_socket(make_task: MakeTask, tmp_path: Path) -> None:
+    """A raw socket in the network namespace the grader joins would let a leftover answer the
+    grader's DNS queries: the agent holds no CAP_NET_RAW, as the kernel's refusal shows."""
+    test = "cp /app/raw.txt /logs/verifier/raw.txt\necho 1 > /logs/verifier/reward.txt\n"
+    trial_dir, record = _run(make_task, tmp_path, solve=RAW_SOCKET, test=test)
+    assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED)
+    assert (trial_dir / "logs" / "verifier" / "raw.txt").read_text() == "raw: refused 1\n"
 
 
 MARKER = "levelfield-test-marker"  # the argv[0] of a process the agent leaves, to find it by

@@ -170,6 +170,7 @@ def test_a_tag_moved_between_two_invocations_of_a_sweep_is_flagged(
     assert image in drift and first[:19] in drift and second[:19] in drift
     card = render_card(summary)
     assert "Image drift" in card and "prebuilt, pulled: 2 trials" in card
+    assert "| agent's capabilities | Docker's default set less net_raw" in card
     with reading(out) as store:
         assert store.count() == 2
     docker_client.api.remove_image(image, force=True)  # type: ignore[attr-defined]

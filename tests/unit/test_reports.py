@@ -103,6 +103,7 @@ def test_card_has_every_field_and_unknown_when_missing(summary: object) -> None:
     bare = summarize(simulate_trials(n_tasks=5, seed=1, telemetry=False), n_resamples=50)
     bare_card = render_card(bare)
     assert "run unknown" in bare_card and "| enforcement | unknown |" in bare_card
+    assert "| agent's capabilities | unknown |" in bare_card
     assert "| time span (UTC) | unknown – unknown |" in bare_card
 
 

@@ -36,7 +36,7 @@ from levelfield.plan import Trial, concurrency_blocks, estimate_duration_s, plan
 from levelfield.policy import Policy
 from levelfield.records import ModelBudget, Reason, TrialRecord
 from levelfield.runner import TrialContext
-from levelfield.sandbox import Backend, BackendOptions, get_backend
+from levelfield.sandbox import CAPABILITIES_DESCRIBED, Backend, BackendOptions, get_backend
 from levelfield.store import Store
 from levelfield.tasks import Dataset, TaskProblem, load_dataset
 from levelfield.telemetry import host_id, total_memory_bytes
@@ -328,6 +328,7 @@ def _meta(
         "dataset": str(config.dataset.resolve()),
         "backend": backend.name,
         "enforcement": _enforcement(backend),
+        "capabilities": CAPABILITIES_DESCRIBED,
         "host": {
             "host_id": host_id(),
             "cpus": _cpus(),

@@ -1,9 +1,9 @@
 """Run summary → a Markdown disclosure card: what a score needs beside it to be comparable.
 
 The card states the resource policy (floor, ceiling, how the kernel enforced it, which backend),
-the model budget per trial, the host, concurrency, time span, harness version and trials per
-task, then the score under both conventions with its CI. Anything the run did not record prints
-as "unknown", never as a guess.
+the capabilities the agent held, the model budget per trial, the host, concurrency, time span,
+harness version and trials per task, then the score under both conventions with its CI.
+Anything the run did not record prints as "unknown", never as a guess.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ def render_card(summary: RunSummary) -> str:
         f"| harness | levelfield {f.info_value(info, 'harness_version')} |",
         f"| backend | {backend} |",
         f"| enforcement | {f.info_value(info, 'enforcement')} |",
+        f"| agent's capabilities | {f.info_value(info, 'capabilities')} |",
         f"| host | {_host(info, prov.hosts)} |",
         f"| concurrency | {_concurrency(info, prov.concurrency)} |",
         f"| time span (UTC) | {_span(info, prov.first_started_at, prov.last_started_at)} |",

@@ -22,13 +22,21 @@ from levelfield.sandbox import trees
 from levelfield.sandbox.trees import Entry
 from levelfield.tasks import Task
 
-# What a default Docker container holds (moby's oci/caps/defaults.go): no phase of any backend
-# holds more. The process backend also leaves out mknod, which only Docker's device cgroup makes
-# harmless; doctor shows what an agent's shell really holds on each.
-DEFAULT_CAPABILITIES = (
+# What a default Docker container holds (moby's oci/caps/defaults.go), the set doctor names a
+# shell's rights against.
+DOCKER_DEFAULT_CAPABILITIES = (
     "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
     "net_bind_service", "net_raw", "sys_chroot", "mknod", "audit_write", "setfcap",
 )  # fmt: skip
+# What any phase of any backend holds: Docker's default less net_raw. A raw socket in the network
+# namespace the grader shares lets a process the agent left running answer the grader's DNS
+# queries and serve its downloads (a forged package index); no task asks for it. The process
+# backend also leaves out mknod, which only Docker's device cgroup makes harmless; doctor shows
+# what an agent's shell really holds on each.
+DEFAULT_CAPABILITIES = tuple(cap for cap in DOCKER_DEFAULT_CAPABILITIES if cap != "net_raw")
+CAPABILITIES_DESCRIBED = (
+    "Docker's default set less net_raw (the process backend also less mknod)"
+)  # the disclosure card's words for DEFAULT_CAPABILITIES
 
 
 @dataclass(frozen=True, slots=True)
