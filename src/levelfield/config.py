@@ -29,7 +29,7 @@ class RunConfig(BaseModel):
         description="strict, headroom, uncapped, a multiplier (3x) or FLOOR/CEILING.",
     )
     floor: str | None = Field(
-        None, description="With ceiling: one ad-hoc policy on every resource."
+        None, description="One ad-hoc policy on every resource; alone, no ceiling."
     )
     ceiling: str | None = None
     repeats: int = Field(1, ge=1)

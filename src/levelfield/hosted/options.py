@@ -24,8 +24,12 @@ class HostedOptions(BaseModel):
     policy: str | None = Field(
         None, description="strict, headroom, uncapped, a multiplier (3x) or FLOOR/CEILING."
     )
-    floor: str | None = Field(None, description="1x, 2x, or absolute: memory=4g,cpus=2.")
-    ceiling: str | None = Field(None, description="3x, none, or absolute: memory=8g.")
+    floor: str | None = Field(
+        None, description="1x, 2x, or absolute: memory=4g,cpus=2; alone, no ceiling."
+    )
+    ceiling: str | None = Field(
+        None, description="3x, none, or absolute: memory=8g; alone, floor 1x."
+    )
     backend: Literal["auto", "process", "oci"] = Field(
         "auto", description="auto: oci for a task whose environment is an image, else process."
     )
