@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from levelfield.agents import AgentOptions, agent_name
 from levelfield.errors import RunConfigError
 from levelfield.network import DEFAULT_PROBE_FILE, PROBE_EVERY_S
-from levelfield.policy import Policy, policy_from_bounds, resolve_policy
+from levelfield.policy import Policy, policy_from_words
 
 
 class RunConfig(BaseModel):
@@ -29,7 +29,7 @@ class RunConfig(BaseModel):
         description="strict, headroom, uncapped, a multiplier (3x) or FLOOR/CEILING.",
     )
     floor: str | None = Field(
-        None, description="With ceiling: one ad-hoc policy on every resource."
+        None, description="One ad-hoc policy on every resource; alone, no ceiling."
     )
     ceiling: str | None = None
     repeats: int = Field(1, ge=1)
@@ -111,12 +111,16 @@ class RunConfig(BaseModel):
         return value
 
     def resolved_policies(self) -> list[Policy]:
+        """Each policy named, or the one a floor/ceiling says, read as the hosted sandboxes read
+        the same words (`policy_from_words`). Policies given beside a floor or ceiling are
+        refused, not dropped."""
         if self.floor is not None or self.ceiling is not None:
-            return [policy_from_bounds(self.floor or "1x", self.ceiling)]
+            named = ",".join(self.policies) if "policies" in self.model_fields_set else None
+            return [policy_from_words(named, self.floor, self.ceiling)]
         seen: dict[str, Policy] = {}
         for text in self.policies:
             for part in text.split(","):
-                policy = resolve_policy(part)
+                policy = policy_from_words(part)
                 seen.setdefault(policy.name, policy)
         return list(seen.values())
 

@@ -145,6 +145,7 @@ def _uniform(name: str, floor: str, ceiling: str | None) -> Policy:
     return Policy(name=name, memory=rb, cpus=rb, storage=rb)
 
 
+DEFAULT_POLICY: Final = "strict"  # no words at all: the spec is the ceiling
 PRESETS: Final = MappingProxyType(
     {
         "strict": _uniform("strict", "1x", "1x"),  # a Kubernetes pod with request = limit
@@ -166,6 +167,24 @@ def resolve_policy(text: str) -> Policy:
         return policy_from_bounds("1x", cleaned)
     names = ", ".join(PRESETS)
     raise PolicyError(f"unknown policy {text!r}: use {names}, a multiplier (3x) or FLOOR/CEILING")
+
+
+def policy_from_words(
+    policy: str | None = None, floor: str | None = None, ceiling: str | None = None
+) -> Policy:
+    """What `policy`, `floor` and `ceiling` mean, read here once for every place that takes them
+    (`run`, `sweep`, `campaign`, a run configuration, Harbor's `--ek`, Inspect's sandbox config),
+    so the same words are the same policy everywhere. A floor alone has no ceiling (`floor=2x` is
+    floor 2x, uncapped), a ceiling alone has floor 1x, nothing at all is `strict` (the spec is the
+    ceiling, as a harness's own limit means), and a policy beside a floor or ceiling is refused
+    rather than one of them silently winning."""
+    if floor is None and ceiling is None:
+        return resolve_policy(DEFAULT_POLICY if policy is None else policy)
+    if policy is not None:
+        raise PolicyError(
+            f"give either policy={policy} or floor=.../ceiling=..., not both: they say one policy"
+        )
+    return policy_from_bounds("1x" if floor is None else floor, ceiling)
 
 
 def policy_from_bounds(floor: str, ceiling: str | None) -> Policy:

@@ -67,10 +67,11 @@ def run(
         ),
     ] = None,
     floor: Annotated[
-        str | None, typer.Option(help="Floor on every resource: 1x, 4g, 2cpu.")
+        str | None, typer.Option(help="Floor on every resource: 1x, 4g, 2cpu; alone: no ceiling.")
     ] = None,
     ceiling: Annotated[
-        str | None, typer.Option(help="Ceiling on every resource; none = uncapped.")
+        str | None,
+        typer.Option(help="Ceiling on every resource; none = uncapped; alone: floor 1x."),
     ] = None,
     repeats: Annotated[int, typer.Option(min=1, help="Trials per task, agent and policy.")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="Trials in flight at once.")] = 1,

@@ -11,9 +11,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from levelfield.errors import PolicyError
-from levelfield.policy import Policy, policy_from_bounds, resolve_policy
+from levelfield.policy import DEFAULT_POLICY, Policy, policy_from_words
 
-DEFAULT_POLICY = "strict"  # what a harness's own memory limit means: the spec is the ceiling
+__all__ = ["DEFAULT_POLICY", "HostedOptions"]
 _POLICY_KEYS = ("policy", "floor", "ceiling")
 
 
@@ -24,8 +24,12 @@ class HostedOptions(BaseModel):
     policy: str | None = Field(
         None, description="strict, headroom, uncapped, a multiplier (3x) or FLOOR/CEILING."
     )
-    floor: str | None = Field(None, description="1x, 2x, or absolute: memory=4g,cpus=2.")
-    ceiling: str | None = Field(None, description="3x, none, or absolute: memory=8g.")
+    floor: str | None = Field(
+        None, description="1x, 2x, or absolute: memory=4g,cpus=2; alone, no ceiling."
+    )
+    ceiling: str | None = Field(
+        None, description="3x, none, or absolute: memory=8g; alone, floor 1x."
+    )
     backend: Literal["auto", "process", "oci"] = Field(
         "auto", description="auto: oci for a task whose environment is an image, else process."
     )
@@ -47,8 +51,6 @@ class HostedOptions(BaseModel):
 
     @model_validator(mode="after")
     def _one_way_to_say_the_policy(self) -> HostedOptions:
-        if self.policy is not None and (self.floor is not None or self.ceiling is not None):
-            raise ValueError("give either policy=... or floor=.../ceiling=..., not both")
         try:
             self.resolved_policy()
         except PolicyError as exc:
@@ -56,7 +58,5 @@ class HostedOptions(BaseModel):
         return self
 
     def resolved_policy(self) -> Policy:
-        if self.floor is not None or self.ceiling is not None:
-            floor = self.floor or "1x"
-            return policy_from_bounds(floor, self.ceiling or floor)
-        return resolve_policy(self.policy or DEFAULT_POLICY)
+        """The words read as `levelfield run` reads them (`policy_from_words`)."""
+        return policy_from_words(self.policy, self.floor, self.ceiling)
