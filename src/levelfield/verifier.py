@@ -115,11 +115,32 @@ def _apart(
     graded = _graded(task, reader, box, output, reward)
     if judge.setup_failure is not None:
         graded = (*_not_started(judge), None)
+    if phase.timed_out and _starved(judge, phase):
+        starved = (
+            f"the grader timed out after {phase.duration_s:.1f} s while the agent's processes "
+            f"took {judge.agent_cpu_s:.1f} s of CPU (the grader's {judge.grader_cpu_s:.1f} s) "
+            "from the ceiling they share"
+        )
+        graded = (graded[0], graded[1] or starved, graded[2])
     skipped = judge.keep_logs(trial_dir / GRADER_LOGS)
     notes += [f"not copied from the grader's /logs/verifier: {entry}" for entry in skipped]
     return Verdict(
         phase, reward, *graded, tuple(tampered), tuple(notes), judge.view.leftovers
     )
+
+
+# The grader's time limit is the harness's evidence only when the agent's processes did not hold
+# the CPU meanwhile: when they took this share of the grading time, or at least as much as the
+# grader's own processes (on a loaded host, both get little; the leftovers' share still shows),
+# its timeout is the agent's doing.
+STARVED_SHARE = 0.1
+
+
+def _starved(judge: grader.Grader, phase: PhaseResult) -> bool:
+    took = judge.agent_cpu_s
+    if took < grader.MIN_NOTED_CPU_S:
+        return False
+    return took >= STARVED_SHARE * phase.duration_s or took >= judge.grader_cpu_s
 
 
 def _not_started(judge: grader.Grader) -> tuple[str, str | None]:

@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from pydantic import SecretStr
+
+from levelfield.model_api.proxy import Route
+
 MODEL_SUFFIXES = (
     "/messages",
     "/messages/count_tokens",
@@ -120,3 +124,12 @@ def witness_upstream(model_port: int) -> Iterator[tuple[str, Witness]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def routes_to(upstream: str, key: str) -> list[Route]:
+    """The three providers' routes to the witness, each with the real key."""
+    return [
+        Route("anthropic", upstream, SecretStr(key)),
+        Route("openai", upstream + "/v1", SecretStr(key)),
+        Route("gemini", upstream, SecretStr(key)),
+    ]

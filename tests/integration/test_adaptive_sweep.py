@@ -86,10 +86,15 @@ def test_adaptive_sweep_of_the_bundled_suite_stops_on_its_target(tmp_path: Path)
         repeats.setdefault((r.task, r.policy), []).append(r.outcome.value)
     k = {cell: len(v) for cell, v in repeats.items()}
     assert min(k.values()) >= 2  # the pilot
-    # The 3 two-way tasks are the only ones whose outcome differs between 3x and uncapped: a
-    # round (if the pilot did not already reach the target) gives them the most repeats.
+    # A round (if the pilot did not already reach the target) gives its repeats to the tasks
+    # whose outcome varies (the two-way ones by the model's choice, and any other that a busy
+    # host pushed past its timeout at 3x) before any whose every trial agreed.
+    outcomes: dict[str, set[str]] = {}
+    for (task, _), values in repeats.items():
+        outcomes.setdefault(task, set()).update(values)
+    varied = {task for task, seen in outcomes.items() if len(seen) > 1}
     if max(k.values()) > 2:
-        assert max(k, key=lambda cell: k[cell])[0] in TWO_WAY
+        assert max(k, key=lambda cell: k[cell])[0] in varied
     assert "repeats K per task" in first.stdout and "whole sweep" in first.stdout
     assert "per point of half-width" in first.stdout
     for r in records:

@@ -65,10 +65,24 @@ def test_the_grader_starts_clean_and_alone(make_task: MakeTask, tmp_path: Path) 
     assert leftovers("api-run", tmp_path / "run") == []
 
 
+def test_the_graders_python_caches_its_bytecode_apart(make_task: MakeTask, tmp_path: Path) -> None:
+    """The grader's Python compiles into a cache of its own (off the witnessed disk, where each
+    import would wait on the witness) and reads it back at its next start."""
+    test = (
+        "python3 -c 'import json.decoder'\n"
+        "python3 -v -c 'import json.decoder' 2> /logs/verifier/imports.txt\n"
+        "echo 1 > /logs/verifier/reward.txt\n"
+    )
+    trial_dir, record = _run(make_task, tmp_path, solve="true", test=test)
+    assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED)
+    imports = (trial_dir / "logs" / "verifier" / "imports.txt").read_text()
+    assert f"code object from '{grader.BYTECODE}/usr/lib/python3" in imports, imports[-3000:]
+
+
 RAW_SOCKET = (
     "python3 -c 'import socket\ntry:\n socket.socket(socket.AF_INET, socket.SOCK_RAW, "
-    "socket.IPPROTO_UDP); print(\"raw: opened\")\nexcept PermissionError as e: "
-    "print(\"raw: refused\", e.errno)' > /app/raw.txt"
+    'socket.IPPROTO_UDP); print("raw: opened")\nexcept PermissionError as e: '
+    'print("raw: refused", e.errno)\' > /app/raw.txt'
 )
 
 

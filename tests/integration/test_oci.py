@@ -22,7 +22,7 @@ from levelfield.plan import plan_trials
 from levelfield.policy import PRESETS, apply_policy
 from levelfield.records import Outcome, Reason, TrialRecord
 from levelfield.runner import TrialContext, run_trial
-from levelfield.sandbox import BackendOptions
+from levelfield.sandbox import BackendOptions, grader
 from levelfield.tasks import Task, load_task
 
 from ..conftest import TB2_SAMPLE, MakeTask, require
@@ -206,6 +206,14 @@ def test_sandbox_exec_timeout_signal_copy_and_background_processes(
         memory_dir = box.cgroup.dirs["unified" if box.cgroup.is_v2 else "memory"]
         limit_file = "memory.max" if box.cgroup.is_v2 else "memory.limit_in_bytes"
         assert int((memory_dir / limit_file).read_text()) == ceiling
+        # The floor holds on a loaded host: the engine's parent weighs as the host's CPUs.
+        cpu_dir = box.cgroup.dirs["unified" if box.cgroup.is_v2 else "cpu"]
+        weight_file, host_weight = (
+            ("cpu.weight", 100 * (os.cpu_count() or 1))
+            if box.cgroup.is_v2
+            else ("cpu.shares", 1024 * (os.cpu_count() or 1))
+        )
+        assert int((cpu_dir.parent / weight_file).read_text()) == host_weight
         log = tmp_path / "exec.log"
         slow = box.exec("echo started; sleep 30", timeout_s=1, log_path=log)
         assert slow.timed_out and slow.exit_code is None and slow.duration_s < 5
@@ -277,6 +285,33 @@ def test_kill_9_of_the_harness_then_reap_leaves_no_container(
     assert oci.OciBackend(BackendOptions(run_id, tmp_path)).reap(run_id) >= 1
     assert _containers(run_id) == []
     assert mounts_under(tmp_path.resolve()) == []  # found through the engine's volume listing
+
+
+LOADS_JSON = """python3 -c 'import json.decoder'
+python3 -v -c 'import json.decoder' 2> /logs/verifier/imports.txt
+echo 1 > /logs/verifier/reward.txt
+"""
+
+
+def test_the_graders_python_caches_its_bytecode_in_a_folder_of_its_own(
+    make_task: MakeTask, backend: object, tmp_path: Path
+) -> None:
+    """The grader's Python reads no bytecode from the agent's filesystem (the agent can write a
+    .pyc beside any module): it compiles into a cache of its own, off the witnessed disk, and
+    the next start reads it from there."""
+    task_dir = make_task("bytecode", test=None, userland=None, memory_mb=256)
+    (task_dir / "environment" / "Dockerfile").write_text(
+        "FROM python:3.13-slim-bookworm\nWORKDIR /app\n"
+    )
+    (task_dir / "tests" / "test.sh").write_text("#!/bin/bash\n" + LOADS_JSON)
+    record = _run(backend, load_task(task_dir), "strict", tmp_path / "run")
+    assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED), record.error
+    trial = tmp_path / "run" / "trials" / record.trial_key
+    imports = (trial / "logs" / "verifier" / "imports.txt").read_text()
+    cached = f"{grader.BYTECODE}/usr/local/lib/python3.13/json/decoder"
+    assert f"code object from '{cached}.cpython-313.pyc'" in imports, imports[-3000:]
+    assert "/usr/local/lib/python3.13/json/__pycache__" not in imports
+    assert not (trial / grader.BYTECODE_DIR).exists()  # gone with the grader's disk
 
 
 @pytest.mark.slow

@@ -54,9 +54,7 @@ def test_a_hook_a_package_lists_is_the_package_s(tmp_path: Path) -> None:
     )
     (site / "old.egg-info").mkdir()
     (site / "old.egg-info" / "installed-files.txt").write_text("../old.pth\n")
-    found = _grader._installed(
-        tmp_path, PurePosixPath("/usr/local/lib/python3.13/site-packages")
-    )
+    found = _grader._installed(tmp_path, PurePosixPath("/usr/local/lib/python3.13/site-packages"))
     assert "__editable__.pkg-1.0.pth" in found and "old.pth" in found
     assert "zz-forge.pth" not in found
 
@@ -76,7 +74,100 @@ def test_the_image_s_file_is_the_topmost_layer_s_unless_a_layer_removed_it(tmp_p
     assert _grader._in_image(layers, PurePosixPath("/etc/pip.conf")) is None
 
 
+@pytest.mark.parametrize(
+    ("path", "image"),
+    [
+        ("/usr/local/lib/python3.13/argparse.py", True),
+        ("/usr/local/lib/python3.13/pathlib/__init__.py", True),
+        ("/usr/local/lib/python3.13/lib-dynload/_json.cpython-313-x86_64-linux-gnu.so", True),
+        ("/usr/lib/python3.11/json/decoder.py", True),
+        ("/usr/local/pip.conf", True),
+        ("/usr/local/lib/python3.13/site-packages/pkg/__init__.py", False),  # installs are kept
+        ("/usr/lib/python3/dist-packages/apt/__init__.py", False),
+        ("/app/argparse.py", False),
+    ],
+)
+def test_the_standard_library_and_pip_s_prefix_config_come_from_the_image(
+    path: str, image: bool
+) -> None:
+    assert bool(_grader.STDLIB.search(path)) is image
+
+
+def test_a_sitecustomize_is_no_package_s_whatever_its_record_says(tmp_path: Path) -> None:
+    site = PurePosixPath("/usr/local/lib/python3.13/site-packages")
+    folder = tmp_path / "usr/local/lib/python3.13/site-packages"
+    (folder / "helper-1.0.dist-info").mkdir(parents=True)
+    (folder / "helper-1.0.dist-info" / "RECORD").write_text("sitecustomize.py,,\nhelper.pth,,\n")
+    assert not _grader._listed(tmp_path, site / "sitecustomize.py", site)
+    assert _grader._listed(tmp_path, site / "helper.pth", site)
+
+
+def test_a_library_the_agent_added_to_a_python_it_installed_is_its_own(tmp_path: Path) -> None:
+    layer = tmp_path / "layer"
+    (layer / "usr/local/lib/python3.13").mkdir(parents=True)
+    (layer / "usr/local/lib/python3.13/os.py").write_text("")
+    image = _grader._image_python([layer], PurePosixPath("/usr/local/lib/python3.13/evil.py"))
+    apt = _grader._image_python([layer], PurePosixPath("/usr/lib/python3.11/os.py"))
+    assert image and not apt
+
+
+def test_top_level_config_links_are_not_made_again_for_the_grader(tmp_path: Path) -> None:
+    merged = tmp_path / "merged"
+    (merged / "usr" / "bin").mkdir(parents=True)
+    (merged / "app").mkdir()
+    (merged / "bin").symlink_to("usr/bin")
+    (merged / "pytest.ini").symlink_to("/app/agent.ini")
+    (merged / "pyproject.toml").symlink_to("/app/pyproject.toml")
+    fds: list[int] = []
+    try:
+        root = _grader._top_level(merged, [], fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    links = [root[i + 2] for i, arg in enumerate(root) if arg == "--symlink"]
+    assert links == ["/bin"]
+    assert "/app" in root and "/usr" in root
+
+
 def test_addresses_read_as_the_kernel_writes_them() -> None:
     assert _processes._address("0100007F:1F90") == "127.0.0.1:8080"
     assert _processes._address("00000000:1F40") == "0.0.0.0:8000"
     assert _processes._address("00000000000000000000000000000000:0050") == "[::]:80"
+
+
+def test_the_agent_s_cpu_while_the_grader_runs_is_what_its_processes_took(tmp_path: Path) -> None:
+    """Real processes: a busy loop counts its CPU, a sleeper nothing, and without the
+    sandbox's PID namespace to tell the agent's processes by, nothing is counted."""
+    import subprocess
+    import sys
+    import time
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    idle = subprocess.Popen(["sleep", "30"])
+    try:
+        procs = tmp_path / "cgroup.procs"
+        procs.write_text(f"{busy.pid}\n{idle.pid}\n")
+        start = _on_cpu_s(busy.pid)
+        with _processes.AgentCpu([procs], Path("/proc/self/ns/pid")) as taken:
+            deadline = time.monotonic() + 60
+            while _on_cpu_s(busy.pid) - start < 0.5 and time.monotonic() < deadline:
+                time.sleep(0.05)  # however loaded the host: until the loop had half a second
+        ran = _on_cpu_s(busy.pid) - start
+        with _processes.AgentCpu([procs], tmp_path / "no-namespace") as other:
+            time.sleep(0.3)
+        procs.write_text(f"{idle.pid}\n")
+        with _processes.AgentCpu([procs], Path("/proc/self/ns/pid")) as sleeping:
+            time.sleep(0.5)
+    finally:
+        busy.kill()
+        idle.kill()
+        busy.wait()
+        idle.wait()
+    assert ran >= 0.5
+    assert abs(taken.seconds - ran) <= 0.3  # the kernel's own runtime, in ns: schedstat
+    assert other.seconds == 0
+    assert sleeping.seconds == 0
+
+
+def _on_cpu_s(pid: int) -> float:
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9

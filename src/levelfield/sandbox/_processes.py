@@ -9,7 +9,9 @@ grader ran.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -128,3 +130,94 @@ def _address(hex_address: str) -> str:
     else:
         ip = "[::]" if set(host) == {"0"} else f"[{host.lower()}]"
     return f"{ip}:{int(port, 16)}"
+
+
+class AgentCpu:
+    """CPU time the agent's processes took while the grader ran, sampled from /proc.
+
+    The grader joins the trial's cgroup, so what the agent left running shares its CPU ceiling:
+    a leftover spinning busy loops can make the grader time out. That timeout is the agent's
+    doing, and this is its evidence, read outside the agent's reach. A process is the agent's
+    when it is in the trial's cgroup and in the sandbox's PID namespace (the grader has its
+    own). Each is counted from its first reading (or from zero when it started during grading)
+    to its last, children it reaped included; one that lived between two readings is counted
+    in its parent's children's time once reaped.
+    """
+
+    INTERVAL_S = 0.25
+
+    def __init__(self, cgroup_procs: Iterable[Path], namespace: Path | None) -> None:
+        self._procs = list(cgroup_procs)
+        self._namespace = _readlink(namespace) if namespace else None
+        self._first: dict[tuple[int, int], int] = {}
+        self._last: dict[tuple[int, int], int] = {}
+        self._others_first: dict[tuple[int, int], int] = {}  # the grader's, in the same cgroup
+        self._others_last: dict[tuple[int, int], int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample_until_stopped, daemon=True)
+        self._ticks = os.sysconf("SC_CLK_TCK")
+
+    def __enter__(self) -> AgentCpu:
+        if self._namespace is not None:
+            self._sample(first=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join()
+            self._sample(first=False)
+
+    @property
+    def seconds(self) -> float:
+        return self._used(self._first, self._last)
+
+    @property
+    def others_seconds(self) -> float:
+        """What the cgroup's other processes (the grader's own) took meanwhile."""
+        return self._used(self._others_first, self._others_last)
+
+    def _used(self, first: dict[tuple[int, int], int], last: dict[tuple[int, int], int]) -> float:
+        return sum(ticks - first.get(key, 0) for key, ticks in last.items()) / self._ticks
+
+    def _sample_until_stopped(self) -> None:
+        while not self._stop.wait(self.INTERVAL_S):
+            self._sample(first=False)
+
+    def _sample(self, *, first: bool) -> None:
+        for pid in self._pids():
+            agents = _pid_namespace(pid) == self._namespace
+            reading = _cpu_ticks(pid)
+            if reading is None:
+                continue
+            key, ticks = reading
+            if first:
+                (self._first if agents else self._others_first)[key] = ticks
+            (self._last if agents else self._others_last)[key] = ticks
+
+    def _pids(self) -> set[int]:
+        found: set[int] = set()
+        for procs in self._procs:
+            with contextlib.suppress(OSError, ValueError):
+                found.update(int(x) for x in procs.read_text().split())
+        return found
+
+
+def _cpu_ticks(pid: int) -> tuple[tuple[int, int], int] | None:
+    """((pid, start time), utime + stime + cutime + cstime) in clock ticks: the start time
+    keeps a reused pid apart."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    # after the command: state is field 3 of stat(5); utime..cstime 14-17, starttime 22
+    return (pid, int(fields[19])), sum(int(f) for f in fields[11:15])
+
+
+def _readlink(path: Path) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None

@@ -34,6 +34,8 @@ HARNESS_LEAF = "levelfield-harness"  # v2: where the processes of the harness's 
 V2_CONTROLLERS = ("memory", "cpu", "pids")
 V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")
 CFS_PERIOD_US = 100_000  # the kernel's default period; Docker and Kubernetes use it too
+# The engines' own parents of their containers (cgroupfs and systemd drivers).
+ENGINE_PARENTS = frozenset({"libpod_parent", "docker", "machine.slice"})
 CPU_SHARES_PER_CPU = 1024  # Docker's --cpu-shares for one CPU; Kubernetes' request → shares
 KILL_WAIT_S = 5.0
 MOVE_ATTEMPTS = 5
@@ -173,14 +175,22 @@ class TrialCgroup:
 
         On v2 a memory.low protects a cgroup only as far as every ancestor's does, so those two
         levels pass down ("max") whatever protection the harness's own cgroup has."""
-        host_shares = CPU_SHARES_PER_CPU * (os.cpu_count() or 1)
         cpu = self._dir("cpu")
         for level in (cpu.parent, cpu.parent.parent):
-            if self.is_v2:
-                _write(level / "cpu.weight", min(10000, 100 * (os.cpu_count() or 1)), optional=True)
-                _write(level / "memory.low", "max", optional=True)
-            else:
-                _write(level / "cpu.shares", host_shares, optional=True)
+            weigh_as_host(level, is_v2=self.is_v2)
+
+    def weigh_engine_parent(self) -> Path | None:
+        """A container engine puts its containers under a parent of its own (libpod_parent/,
+        docker/, machine.slice/) that weighs one CPU against every host process: a container's
+        CPU floor, its shares among that parent's children, then held only while the host was
+        idle (a TB2 task that signals a subprocess 0.5 s after starting Python failed on a
+        loaded host). That parent weighs as the host's CPUs, as the process backend's levels do.
+        Any other parent (a systemd slice shared with services) is left as it is: None."""
+        parent = self._dir("cpu").parent
+        if parent.name not in ENGINE_PARENTS:
+            return None
+        weigh_as_host(parent, is_v2=self.is_v2)
+        return parent
 
     def _apply(self, limits: Limits) -> None:
         self._weigh_parents()
@@ -328,6 +338,16 @@ def _read_or(path: Path, default: str = "") -> str:
         return _read(path)
     except OSError:
         return default
+
+
+def weigh_as_host(level: Path, *, is_v2: bool) -> None:
+    """`level` weighs as much as the whole host's CPUs among its siblings (see _weigh_parents)."""
+    cpus = os.cpu_count() or 1
+    if is_v2:
+        _write(level / "cpu.weight", min(10000, 100 * cpus), optional=True)
+        _write(level / "memory.low", "max", optional=True)
+    else:
+        _write(level / "cpu.shares", CPU_SHARES_PER_CPU * cpus, optional=True)
 
 
 def _write(path: Path, value: object, *, optional: bool = False) -> None:

@@ -43,6 +43,7 @@ from levelfield.sandbox import (
     GraderView,
     Sandbox,
     _output,
+    _processes,
     _seccomp,
     _signals,
     _witness,
@@ -55,6 +56,11 @@ TESTS = PurePosixPath("/tests")
 VERIFIER = PurePosixPath("/logs/verifier")
 HOME = PurePosixPath("/run/levelfield-grader/home")
 TMPDIR = PurePosixPath("/run/levelfield-grader/tmp")
+# The grader's Python's bytecode cache prefix: a folder of the trial's beside the grader's disk,
+# not on it, so that an import is not an open the witness must answer (Python opens a cached
+# module at every start: on a busy host the round trips made a test's program miss its 0.5 s).
+BYTECODE = PurePosixPath("/run/levelfield-grader/bytecode")
+BYTECODE_DIR = "grader-bytecode"
 # Where each grader path lives on its disk, and with which mode.
 LAYOUT = {TESTS: ("tests", 0o755), VERIFIER: ("verifier", 0o755), HOME: ("home", 0o700),
           TMPDIR: ("tmp", 0o1777)}  # fmt: skip
@@ -65,6 +71,7 @@ IN_SANDBOX = (
 SCRATCH = "view"  # what a backend builds the grader's view from (oci: its /etc)
 # Sparse: the grader's downloads (uv, a CPython, pytest) take real space only as written.
 DISK_BYTES = 8 << 30
+MIN_NOTED_CPU_S = 0.2  # the agent's CPU while grading, named in the evidence from this much
 
 
 class Grader:
@@ -75,6 +82,8 @@ class Grader:
         self._intrusions: list[str] = []
         self._notes: list[str] = list(view.notes)
         self.setup_failure: str | None = None  # bubblewrap's words when the view failed to form
+        self.agent_cpu_s = 0.0  # what the agent's processes took of the CPU while it ran
+        self.grader_cpu_s = 0.0  # and what its own took
         self._running: set[subprocess.Popen[bytes]] = set()
         self._prelude = view.prelude  # not run yet
         self._lock = threading.Lock()
@@ -92,6 +101,7 @@ class Grader:
                 (disk / name).chmod(mode)
             (disk / SCRATCH).mkdir(mode=0o700, exist_ok=True)
             view = box.grader_view(disk / SCRATCH)
+            _bytecode_dir(disk.with_name(BYTECODE_DIR))
         except BaseException:
             _release(disk, image)
             raise
@@ -150,9 +160,18 @@ class Grader:
         witness = self._witness()
         block_read, block_write = os.pipe()
         try:
-            result = self._spawn_and_wait(
-                command, timeout_s, log_path, env, (block_read, block_write), witness
-            )
+            with _processes.AgentCpu(self.view.cgroup_procs, self.view.processes) as cpu:
+                result = self._spawn_and_wait(
+                    command, timeout_s, log_path, env, (block_read, block_write), witness
+                )
+            self.agent_cpu_s += cpu.seconds
+            self.grader_cpu_s += cpu.others_seconds
+            if cpu.seconds >= MIN_NOTED_CPU_S:
+                self._notes.append(
+                    f"the agent's processes took {cpu.seconds:.1f} s of CPU while the grader ran "
+                    f"(the grader {cpu.others_seconds:.1f} s), within the trial's CPU ceiling "
+                    "that the grader shares"
+                )
         finally:
             for fd in (block_read, block_write):
                 with contextlib.suppress(OSError):
@@ -260,6 +279,7 @@ class Grader:
         ]
         for inside, (name, _) in LAYOUT.items():
             argv += ["--bind", str(self.disk / name), str(inside)]
+        argv += ["--bind", str(self.disk.with_name(BYTECODE_DIR)), str(BYTECODE)]
         argv += ["--remount-ro", "/", "--chdir", str(view.workdir)]
         if seccomp_fd >= 0:
             argv += ["--seccomp", str(seccomp_fd)]
@@ -270,12 +290,20 @@ class Grader:
         """The view's, in the grader's HOME and TMPDIR. Python's output unbuffered: what a test
         runner printed before the code under test ended it (pytest's header, written before it
         imports a single test) is then in the log, where the verdict reads that the tests had
-        started; buffered, an `os._exit` in an imported module would take it along."""
+        started; buffered, an `os._exit` in an imported module would take it along. Bytecode
+        is cached in a folder of the grader's own (BYTECODE): Python trusts a .pyc whose header
+        names its source's size and time, and the agent can write one beside any module. uv reads no
+        configuration file (a project's uv.toml or pyproject.toml where test.sh runs uvx, which
+        could name an index a leftover of the agent's serves): the grader's uv is configured by
+        the environment alone, with the system's certificates as the uv shim sets them."""
         return {
             **self.view.env,
             "HOME": str(HOME),
             "TMPDIR": str(TMPDIR),
             "PYTHONUNBUFFERED": "1",
+            "PYTHONPYCACHEPREFIX": str(BYTECODE),
+            "UV_NO_CONFIG": "1",
+            "UV_NATIVE_TLS": "1",
         }
 
     def _witness(self) -> _witness.Witness | None:
@@ -331,6 +359,7 @@ def _release(disk: Path, image: Path) -> None:
     disks.unmount(disk)
     image.unlink(missing_ok=True)
     shutil.rmtree(disk, ignore_errors=True)
+    shutil.rmtree(disk.with_name(BYTECODE_DIR), ignore_errors=True)
 
 
 def _tool(name: str) -> str:
@@ -339,3 +368,11 @@ def _tool(name: str) -> str:
     if found is None:
         raise SandboxStartError(f"{name} not found on the host: the grader needs it")
     return found
+
+
+def _bytecode_dir(prefix: Path) -> None:
+    """Empty (a killed run's is never this trial's to trust), and writable by whichever user the
+    tests run as, like a TMPDIR."""
+    shutil.rmtree(prefix, ignore_errors=True)
+    prefix.mkdir()
+    prefix.chmod(0o1777)

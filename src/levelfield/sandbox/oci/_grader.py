@@ -61,6 +61,19 @@ PYTHON_HOOK = re.compile(
     r"^(?P<site>/usr(/local)?/lib/python3[\d.]*(/(site|dist)-packages)?)/"
     r"(?P<name>[^/]+\.pth|(sitecustomize|usercustomize)(\.[^/]*)?|(sitecustomize|usercustomize)/.*)$"
 )
+# The standard library (its sources and extensions, outside the site folders) and pip's
+# configuration under Python's prefix: the image's, whatever the agent wrote there. No install
+# puts a file there, so none is the agent's to keep. (Bytecode the grader never reads from the
+# container: its Python caches under a prefix of its own, `grader.py`.)
+STDLIB = re.compile(
+    r"^/usr(/local)?/(lib/python3[\d.]*/(?!(site|dist)-packages/).+\.(py|so)|pip\.conf)$"
+)
+MAX_HIDDEN = 2048  # binds over the agent's files; past it, the rest are named, not hidden
+START_UP = frozenset({"sitecustomize", "usercustomize"})  # never a package's: no RECORD keeps one
+# Configuration a test runner reads from the top of the filesystem (pytest looks in the folders
+# above /tests): never made again in the grader's root from a link of the agent's.
+TOP_CONFIG = frozenset({"pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg",
+                        "conftest.py", "pip.conf", "uv.toml"})  # fmt: skip
 BOOTSTRAP = re.compile(
     r"^/(usr/(local/)?)?s?bin/(bash|sh|dash|env|curl|wget|apt|apt-get|dpkg|uv|uvx|pytest"
     r"|python[\d.]*|pip[\d.]*)$"
@@ -166,7 +179,7 @@ def _top_level(
             name = entry.name
             if name in SKIPPED_TOP or name in mounted:
                 continue
-            if entry.is_symlink():
+            if entry.is_symlink() and name not in TOP_CONFIG:
                 root += ["--symlink", os.readlink(entry.path), f"/{name}"]
                 continue
             try:
@@ -299,28 +312,55 @@ def _python_hooks(
     hidden, kept = [], []
     for path, kind in sorted(changes or ()):
         found = PYTHON_HOOK.search(path)
-        if kind not in (CHANGED, ADDED) or found is None:
+        if kind not in (CHANGED, ADDED) or (found is None and not STDLIB.search(path)):
             continue
         dest = PurePosixPath(path)
         if not _is_plain_file(merged, dest):
             continue
-        site = PurePosixPath(found["site"])
-        if str(dest.relative_to(site)) in _installed(merged, site):
+        if found is not None and _listed(merged, dest, PurePosixPath(found["site"])):
             continue
+        if found is None and kind == ADDED and not _image_python(layers, dest):
+            continue  # a Python the agent installed (apt, a build): its library is its own
         if _linked(merged, dest):
             kept.append(f"{path} (a link on its way)")
+            continue
+        if len(hidden) >= MAX_HIDDEN:
+            kept.append(f"{path} (more than {MAX_HIDDEN} files to leave out)")
             continue
         original = _in_image(layers, dest) if kind == CHANGED else None
         root += ["--ro-bind", str(original) if original else "/dev/null", path]
         hidden.append(f"{path} ({'changed' if kind == CHANGED else 'added'})")
     notes = []
     if hidden:
-        notes.append(f"Python start-up hooks of the agent's not run by the grader: "
+        notes.append(f"Python start-up hooks and standard library files of the agent's not run "
+                     f"by the grader (the image's, or none, in their place): "
                      f"{', '.join(trees.capped(hidden))}")  # fmt: skip
     if kept:
         notes.append(f"Python start-up hooks of the agent's the grader could not leave out: "
                      f"{', '.join(trees.capped(kept))}")  # fmt: skip
     return notes
+
+
+def _listed(merged: Path, dest: PurePosixPath, site: PurePosixPath) -> bool:
+    """A .pth a package the agent installed lists in its RECORD (an editable install's): kept,
+    as the tests may import that package. A sitecustomize is no package's, whatever a RECORD
+    says (the agent writes RECORDs too)."""
+    rel = dest.relative_to(site)
+    if rel.parts[0].partition(".")[0] in START_UP:
+        return False
+    return str(rel) in _installed(merged, site)
+
+
+def _image_python(layers: list[Path], dest: PurePosixPath) -> bool:
+    """Whether the image has the standard library `dest` is added to (its os.py); pip.conf
+    under a prefix counts as the image's Python's."""
+    parts = dest.parts
+    if dest.name == "pip.conf" and len(parts) <= 4:
+        return True
+    at = next((i for i, part in enumerate(parts) if part.startswith("python3")), None)
+    if at is None:
+        return False
+    return _in_image(layers, PurePosixPath(*parts[: at + 1], "os.py")) is not None
 
 
 def _is_plain_file(merged: Path, dest: PurePosixPath) -> bool:

@@ -79,6 +79,8 @@ class OciSandbox:
                 "container cgroup not readable from this host: OOM evidence from the engine's "
                 "oom events and, where this host's kernel ran it, the kernel log"
             )
+        else:
+            self._weigh_for_the_floor(notes)
         self.kernel = _kernel_oom.KernelOomWatch()  # OOM kills, whoever's limit, from now on
         self.host_disk = disks.HostDiskWatch(_upper_dir(inspected) if self.cgroup else None)
         # With the engine's quota (StorageOpt size=) the writable layer is the trial's own disk,
@@ -98,6 +100,20 @@ class OciSandbox:
         self.logs = _logcap.LogCaps()  # each log capped, its cut noted in the evidence
         self._storage_full = False
         self._storage_peak = 0
+
+    def _weigh_for_the_floor(self, notes: list[str]) -> None:
+        assert self.cgroup is not None
+        try:
+            parent = self.cgroup.weigh_engine_parent()
+        except OSError as exc:  # the floor is then the engine's: said, the trial goes on
+            notes.append(f"cpu floor: the engine's parent cgroup could not be weighed: {exc}")
+            return
+        if parent is None:
+            notes.append(
+                "cpu floor: shares among the containers' parent "
+                f"{self.cgroup.dirs.get('cpu', self.cgroup.dirs.get('unified'))}'s siblings, "
+                "a parent levelfield leaves as the engine set it"
+            )
 
     def prepare(self, *, uv_shim: bool) -> None:
         """Create /logs/{agent,verifier,artifacts}, as Harbor's mounts would, and keep the
