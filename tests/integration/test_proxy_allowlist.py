@@ -26,7 +26,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
 from levelfield.model_api._http import sse_event
 from levelfield.model_api.budget import IN_FLIGHT, Meter
@@ -37,7 +36,7 @@ from levelfield.outcome import refusals
 from levelfield.records import ApiCall, ModelBudget
 
 from ..hostile._proxy_attacks import CONTROL_HEADER, Attempt, attempts, send
-from ._witness import Witness, witness_upstream
+from ._witness import Witness, routes_to, witness_upstream
 
 REAL_KEY = "sk-levelfield-planted-allowlist-3e7d01"
 HI = [{"role": "user", "content": "hi"}]
@@ -59,11 +58,7 @@ def _relay(budget: ModelBudget | None = None, **meter: Any) -> Iterator[Relay]:
     server = serve(model)
     try:
         with witness_upstream(server.port) as (upstream, witness):
-            routes = [
-                Route("anthropic", upstream, SecretStr(REAL_KEY)),
-                Route("openai", upstream + "/v1", SecretStr(REAL_KEY)),
-                Route("gemini", upstream, SecretStr(REAL_KEY)),
-            ]
+            routes = routes_to(upstream, REAL_KEY)
             gauge = Meter(budget or ModelBudget(), **meter)
             with ModelProxy(routes, meter=gauge) as proxy:
                 port = proxy.listen()
@@ -259,6 +254,7 @@ def test_a_stream_the_agent_leaves_is_read_to_its_end_so_that_its_usage_counts()
 )
 def test_under_a_cost_ceiling_uncountable_calls_are_refused(relay: Relay) -> None:
     openai = pytest.importorskip("openai")
+    relay.proxy.allow_internet = True  # without it a server-side tool is refused before the budget
     gpt = openai.OpenAI(api_key=relay.proxy.token, base_url=relay.urls["openai"], max_retries=0)
     gpt.chat.completions.create(model="gpt-5-2025-08-07", messages=HI)  # a snapshot: priced
     with pytest.raises(openai.PermissionDeniedError, match="no price"):

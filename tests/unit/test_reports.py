@@ -42,6 +42,7 @@ INFO = {
         "uncapped": {"memory": {"floor": "1x", "ceiling": None}},
     },
     "concurrency": 4,
+    "model_features": {"openai": "store forced false", "gemini": "candidateCount capped at 1"},
 }
 VERDICT = re.compile(
     r"\S+ − \S+ = [+−]\d+\.\d pts \[[+−]\d+\.\d, [+−]\d+\.\d\], "
@@ -98,12 +99,14 @@ def test_card_has_every_field_and_unknown_when_missing(summary: object) -> None:
         "| strict | 1x | 1x |",
         "| uncapped | 1x | none |",
         "clean score",
+        "relayed | gemini: candidateCount capped at 1; openai: store forced false |",
     ):
         assert field in card, field
     bare = summarize(simulate_trials(n_tasks=5, seed=1, telemetry=False), n_resamples=50)
     bare_card = render_card(bare)
     assert "run unknown" in bare_card and "| enforcement | unknown |" in bare_card
     assert "| agent's capabilities | unknown |" in bare_card
+    assert "| model tools and features relayed | unknown |" in bare_card
     assert "| time span (UTC) | unknown – unknown |" in bare_card
 
 

@@ -58,6 +58,8 @@ def proxied_api(
     key_env: str | None,
     box: Sandbox,
     trial_dir: Path,
+    *,
+    allow_internet: bool = False,
 ) -> Iterator[ProxiedApi]:
     """The proxy for one run: upstream is --base-url, or each provider's own API; the key is
     the user's, read here in the harness. The token and the key join the sandbox's secrets. The
@@ -75,5 +77,11 @@ def proxied_api(
         )
     conversation = trial_dir / CONVERSATION_FILE
     meter = Meter(options.budget, options.prices, options.model)
-    with ModelProxy(routes, conversation=conversation, secrets=box.secrets, meter=meter) as proxy:
+    with ModelProxy(
+        routes,
+        conversation=conversation,
+        secrets=box.secrets,
+        meter=meter,
+        allow_internet=allow_internet,
+    ) as proxy:
         yield ProxiedApi(proxy, proxy.listen(netns))

@@ -80,10 +80,14 @@ PRESETS = {
         # from), its key read from OPENAI_API_KEY.
         command="codex exec --json --skip-git-repo-check "
         "--dangerously-bypass-approvals-and-sandbox "  # the trial's sandbox is the sandbox
-        + _WITH_MODEL % "-m"
-        + " -c model_provider=levelfield -c 'model_providers.levelfield={name=\"levelfield\", "
+        + _WITH_MODEL
+        % "-m"
+        + ' -c model_provider=levelfield -c \'model_providers.levelfield={name="levelfield", '
         'base_url="\'"$LEVELFIELD_BASE_URL"\'", env_key="OPENAI_API_KEY", '
-        "wire_api=\"responses\", supports_websockets=false}'"
+        'wire_api="responses", supports_websockets=false}\''
+        # Its built-in web_search runs on the provider's side: offered only when the task allows
+        # internet (LEVELFIELD_WEB_SEARCH), as the proxy refuses it otherwise.
+        ' -c \'web_search="\'"$LEVELFIELD_WEB_SEARCH"\'"\''
         ' "$LEVELFIELD_INSTRUCTION" </dev/null',
         version_cmd="codex --version",
         key_envs=("OPENAI_API_KEY", "CODEX_API_KEY"),
@@ -225,6 +229,7 @@ class CommandAgent:
             "PATH": path,
             "LEVELFIELD_INSTRUCTION": task.instruction,
             "LEVELFIELD_INSTRUCTION_FILE": str(INSTRUCTION_PATH),
+            "LEVELFIELD_WEB_SEARCH": "live" if task.allow_internet is True else "disabled",
             **dict(self.preset.quiet_env if self.preset else ()),
             **self.options.agent_env,
         }
@@ -334,7 +339,10 @@ class CommandAgent:
             if not providers:
                 env = {**network, **self.environment(task)}
                 return self._run(box, task, env, timeout_s, trial_dir)
-            with proxied_api(providers, self.options, self.key_env, box, trial_dir) as api:
+            internet = task.allow_internet is True
+            with proxied_api(
+                providers, self.options, self.key_env, box, trial_dir, allow_internet=internet
+            ) as api:
                 env = {**network, **self.environment(task, api.environment(self.key_envs()))}
                 run = self._run(box, task, env, timeout_s, trial_dir)
                 calls = tuple(api.proxy.calls)  # each as what it was, those in flight cut short

@@ -13,7 +13,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-MAX_BODY_BYTES = 64 << 20  # a whole conversation with its tool outputs, with room to spare
+MAX_BODY_BYTES = 32 << 20  # Anthropic's own request limit (32 MB); a CLI's calls stay under it
 LINE_BYTES = 1024  # a chunk-size line: hex digits and extensions
 
 

@@ -18,10 +18,11 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from levelfield.masking import Masker
 from levelfield.model_api.conversation import AnswerReader, ToolCall, trajectory_steps
@@ -62,6 +63,8 @@ class Exchange:
     model: str | None = None  # what the call asked for, which prices it
     answer_bytes: int = 0  # read from upstream
     billed: tuple[int, int] = (0, 0)  # tokens in and out charged to the budget so far
+    doc: Any = None  # the request's JSON as the proxy parsed it (None: not JSON, or not parsed)
+    digest: str = ""  # of the request's content, once: `attempt_of`
 
     def unbilled(self) -> tuple[int, int]:
         """Tokens the answer has reported (a running total) beyond those already charged. An
@@ -113,11 +116,20 @@ class Exchange:
             return True
 
 
-class CallLog:
-    """The calls of one trial, in the order they ended."""
+CONVERSATION_MAX_BYTES = 256 << 20  # one trial's conversation.jsonl; a CLI trial writes < 20 MiB
 
-    def __init__(self, masker: Masker, conversation: Path | None = None) -> None:
-        self.masker, self.conversation = masker, conversation
+
+class CallLog:
+    """The calls of one trial, in the order they ended. The conversation file stops at
+    CONVERSATION_MAX_BYTES with a last line that says so (the calls table keeps every call)."""
+
+    def __init__(
+        self,
+        masker: Masker,
+        conversation: Path | None = None,
+        max_bytes: int = CONVERSATION_MAX_BYTES,
+    ) -> None:
+        self.masker, self.conversation, self.max_bytes = masker, conversation, max_bytes
         self._calls: list[ApiCall] = []
         self._tool_calls: list[tuple[ToolCall, float]] = []
         self._in_flight: list[Exchange] = []
@@ -127,21 +139,24 @@ class CallLog:
         self._refusals = 0
         self._run_at: int | None = None  # where the run of refusals past REFUSALS_KEPT stands
         self._run_length = 0
+        self._written_bytes = 0
+        self._cut = False
 
     # -- attempts --------------------------------------------------------------------------
 
-    def attempt_of(self, body: bytes) -> int:
+    def attempt_of(self, ex: Exchange) -> int:
         """A request identical to a failed one just before it is that request's retry."""
-        digest = _digest(body)
+        ex.digest = ex.digest or _digest(ex.body, ex.doc)
         with self._settled:
-            if self._last is not None and self._last[0] == digest and not self._last[2]:
+            if self._last is not None and self._last[0] == ex.digest and not self._last[2]:
                 return self._last[1] + 1
         return 1
 
     def remember(self, ex: Exchange, ok: bool) -> None:
         """Before the answer (or its breaking off) reaches the CLI, which may resend at once."""
+        ex.digest = ex.digest or _digest(ex.body, ex.doc)
         with self._settled:
-            self._last = (_digest(ex.body), ex.attempt, ok)
+            self._last = (ex.digest, ex.attempt, ok)
 
     # -- in flight -------------------------------------------------------------------------
 
@@ -217,8 +232,43 @@ class CallLog:
 
     def _write(self, entry: dict[str, Any]) -> None:
         if self.conversation is not None:
-            with open(self.conversation, "a") as out:
-                out.write(json.dumps(self.masker.value(entry)) + "\n")
+            self._append(json.dumps(self.masker.value(entry)) + "\n")
+
+    def _append_entry(self, entry: dict[str, Any]) -> None:
+        """One call's line, encoded and masked a block at a time straight into the file, so
+        that a request of many megabytes is never held again as a string; past the cap the
+        partial line is taken back and the note of the cut written in its place. Called with
+        `_settled` held."""
+        if self.conversation is None or self._cut:
+            return
+        with open(self.conversation, "ab") as out:
+            start = out.tell()
+            capped = _Capped(out, self.max_bytes - self._written_bytes)
+            writer = self.masker.writer(capped)  # type: ignore[arg-type]
+            try:
+                for block in _blocks(json_pieces(entry)):
+                    writer.write(block)
+                writer.write(b"\n")
+                writer.close()
+            except _OverCap:
+                out.truncate(start)
+                self._cut = True
+                self._written_bytes += out.write(_cut_note(self.max_bytes))
+                return
+        self._written_bytes += capped.written
+
+    def _append(self, line: str) -> None:
+        """Append under the cap; the first line past it is replaced by the note of the cut.
+        Called with `_settled` held or from `refuse`'s own lock, so lines never interleave."""
+        if self.conversation is None or self._cut:
+            return
+        data = line.encode()
+        if self._written_bytes + len(data) > self.max_bytes:
+            self._cut = True
+            data = _cut_note(self.max_bytes)
+        with open(self.conversation, "ab") as out:
+            out.write(data)
+        self._written_bytes += len(data)
 
     # -- recording -------------------------------------------------------------------------
 
@@ -242,7 +292,7 @@ class CallLog:
             retry_after_s=ex.retry_after_s,
             error=self.masker.text(error)[:500] if error else None,
         )
-        line = self._conversation_line(ex, call)
+        entry = self._conversation_entry(ex, call)
         with self._settled:  # one lock for both: the conversation's lines in the calls' order
             if ex.recorded or self._sealed:
                 return
@@ -250,34 +300,111 @@ class CallLog:
             self._calls.append(call)
             if ex.answered and ex.error is None:  # what the agent got whole, it may have run
                 self._tool_calls += [(c, latency) for c in ex.reader.calls]
-            if line is not None and self.conversation is not None:
-                with open(self.conversation, "a") as out:
-                    out.write(line)
+            if entry is not None:
+                self._append_entry(entry)
 
     def trajectory(self) -> list[dict[str, object]]:
         with self._settled:
             return trajectory_steps(list(self._tool_calls))
 
-    def _conversation_line(self, ex: Exchange, call: ApiCall) -> str | None:
+    def _conversation_entry(self, ex: Exchange, call: ApiCall) -> dict[str, Any] | None:
         if self.conversation is None:
             return None
-        entry = {
+        return {
             "call": call.model_dump(),
             "method": ex.method,
             "path": ex.path,
-            "request": _json_or_text(ex.body),
+            "request": ex.doc if ex.doc is not None else _json_or_text(ex.body),
             "answer": ex.reader.events if ex.reader.events else None,
             "error": ex.error,
         }
-        return json.dumps(self.masker.value(entry)) + "\n"
 
 
-def _digest(body: bytes) -> str:
+def _digest(body: bytes, doc: Any = None) -> str:
     """Of the JSON's content: a client may serialise the same request with its keys in another
-    order on each try (Codex does)."""
-    with contextlib.suppress(ValueError, UnicodeDecodeError):
-        body = json.dumps(json.loads(body), sort_keys=True).encode()
-    return hashlib.sha256(body).hexdigest()
+    order on each try (Codex does). Hashed as it is encoded, never held whole a second time."""
+    if doc is None:
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            doc = json.loads(body) if body else None
+    if doc is None:
+        return hashlib.sha256(body).hexdigest()
+    digest = hashlib.sha256()
+    for block in _blocks(json_pieces(doc, sort_keys=True)):
+        digest.update(block)
+    return digest.hexdigest()
+
+
+BLOCK_BYTES = 1 << 20
+
+
+def json_pieces(value: Any, *, sort_keys: bool = False) -> Iterator[str]:
+    """`value` as JSON (json.dumps' default form), in pieces none longer than about BLOCK_BYTES:
+    json's own encoder hands a string value over whole, and a request carries strings of tens
+    of megabytes."""
+    if isinstance(value, str):
+        if len(value) <= BLOCK_BYTES:
+            yield json.dumps(value)
+            return
+        yield '"'
+        for at in range(0, len(value), BLOCK_BYTES):
+            yield json.dumps(value[at : at + BLOCK_BYTES])[1:-1]
+        yield '"'
+    elif isinstance(value, dict):
+        yield "{"
+        items = sorted(value.items()) if sort_keys else value.items()
+        for i, (key, item) in enumerate(items):
+            yield (", " if i else "") + json.dumps(str(key)) + ": "
+            yield from json_pieces(item, sort_keys=sort_keys)
+        yield "}"
+    elif isinstance(value, list | tuple):
+        yield "["
+        for i, item in enumerate(value):
+            if i:
+                yield ", "
+            yield from json_pieces(item, sort_keys=sort_keys)
+        yield "]"
+    else:
+        yield json.dumps(value)
+
+
+def _blocks(chunks: Iterator[str]) -> Iterator[bytes]:
+    """Pieces of JSON as blocks of about BLOCK_BYTES."""
+    pending: list[str] = []
+    size = 0
+    for chunk in chunks:
+        pending.append(chunk)
+        size += len(chunk)
+        if size >= BLOCK_BYTES:
+            yield "".join(pending).encode(errors="surrogatepass")
+            pending, size = [], 0
+    if pending:
+        yield "".join(pending).encode(errors="surrogatepass")
+
+
+class _OverCap(Exception):
+    pass
+
+
+class _Capped:
+    """A file that refuses (raises _OverCap) the write that would take it past `room` bytes."""
+
+    def __init__(self, out: BinaryIO, room: int) -> None:
+        self.out, self.room, self.written = out, room, 0
+
+    def write(self, data: bytes) -> int:
+        if self.written + len(data) > self.room:
+            raise _OverCap
+        self.written += len(data)
+        return self.out.write(data)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def _cut_note(max_bytes: int) -> bytes:
+    note = {"cut": f"conversation capped at {max_bytes} bytes: later calls are in the trial's "
+            "calls only"}  # fmt: skip
+    return (json.dumps(note) + "\n").encode()
 
 
 def _json_or_text(body: bytes) -> Any:

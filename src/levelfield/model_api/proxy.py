@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import http.client
 import json
 import os
@@ -42,12 +43,13 @@ from pydantic import SecretStr
 
 from levelfield.errors import SandboxStartError
 from levelfield.masking import Masker
-from levelfield.model_api._http import Handler, LoopbackServer
+from levelfield.model_api._http import MAX_BODY_BYTES, Handler, LoopbackServer
 from levelfield.model_api._recording import CallLog, Exchange
 from levelfield.model_api.allowlist import Admitted, Refusal, admit, body_refusal
 from levelfield.model_api.budget import Meter, spent_answer, usage_asked
 from levelfield.model_api.conversation import AnswerReader
 from levelfield.model_api.providers import OFFICIAL_BASE_URL, Credentials, Provider, with_key
+from levelfield.model_api.request_policy import IssuedIds, inspect_call
 from levelfield.records import ApiCall, ModelBudget
 
 __all__ = ["OFFICIAL_BASE_URL", "ModelProxy", "Provider", "Route", "new_token"]
@@ -55,7 +57,10 @@ __all__ = ["OFFICIAL_BASE_URL", "ModelProxy", "Provider", "Route", "new_token"]
 CLONE_NEWNET = 0x40000000  # <sched.h>
 UPSTREAM_TIMEOUT_S = 600.0  # one socket read: a long model answer streams within it
 AGENT_IDLE_S = 300.0  # one read from or write to the agent's connection (http.server closes it)
-MAX_CONNECTIONS = 128  # open at once from one trial; a CLI's pool and its subagents use < 20
+MAX_CONNECTIONS = 32  # open at once from one trial; a CLI's pool and its subagents use < 20
+# Request bytes held at once by one trial's calls (each is held a few times over: read, parsed,
+# masked, recorded): what bounds the harness's memory whatever the agent sends.
+BODY_POOL_BYTES = 2 * MAX_BODY_BYTES
 CHUNK_BYTES = 64 << 10
 HOP_HEADERS = frozenset(
     {
@@ -69,6 +74,12 @@ HOP_HEADERS = frozenset(
         "content-length",
         "accept-encoding",
         "proxy-connection",
+        # account routing and billing: the key decides them, never the agent (an organisation
+        # or project the key is not in answers 401, which would read as the harness's failure)
+        "openai-organization",
+        "openai-project",
+        "x-goog-user-project",
+        "anthropic-workspace-id",
     }
 )
 
@@ -125,6 +136,21 @@ def socket_in_namespace(netns: Path | None) -> socket.socket:
     return made["sock"]  # type: ignore[no-any-return]
 
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
+MMAP_THRESHOLD_BYTES = 1 << 20
+
+
+@functools.cache
+def _return_large_buffers() -> None:
+    """glibc raises its mmap threshold to the size of each large block freed (up to 32 MiB):
+    after the first request body of tens of megabytes, the next ones come from the heap of
+    whichever thread read them and stay the process's after they are freed, so a flood of
+    bodies grew the harness by hundreds of megabytes (`benchmarks/proxy_flood.py`). A fixed
+    threshold keeps every block over 1 MiB mapped on its own and returned when freed."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: its own allocator's way
+        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+
+
 class ModelProxy:
     """The proxy of one trial: its routes, its token, what it recorded. `secrets` is the trial's
     masker: the token and the keys join it, so the sandbox's logs mask them too."""
@@ -136,17 +162,22 @@ class ModelProxy:
         conversation: Path | None = None,
         secrets: Masker | None = None,
         meter: Meter | None = None,
+        allow_internet: bool = False,
     ) -> None:
         self.routes = {route.prefix: route for route in routes}
+        _return_large_buffers()
         self.token = new_token()
         masker = secrets if secrets is not None else Masker()
         masker.add(self.token, *(r.key.get_secret_value() for r in routes if r.key is not None))
         self.log = CallLog(masker, conversation)
         self.meter = meter if meter is not None else Meter(ModelBudget())
         self.refused = 0  # requests without the trial's token: never relayed
+        self.allow_internet = allow_internet  # the task's: server-side tools that reach the net
+        self.issued = IssuedIds()  # response ids this trial may continue from
         self._lock = threading.Lock()
         self._servers: list[LoopbackServer] = []
         self._upstreams: set[http.client.HTTPConnection] = set()
+        self._body_bytes = 0  # reserved by calls in flight, of BODY_POOL_BYTES
 
     @property
     def calls(self) -> list[ApiCall]:
@@ -185,6 +216,18 @@ class ModelProxy:
             if conn.sock is not None:
                 with contextlib.suppress(OSError):
                     conn.sock.shutdown(socket.SHUT_RDWR)
+
+    def reserve_body(self, size: int) -> bool:
+        """Room for one call's body in the trial's pool; False when the calls in flight hold it."""
+        with self._lock:
+            if self._body_bytes + size > BODY_POOL_BYTES:
+                return False
+            self._body_bytes += size
+            return True
+
+    def release_body(self, size: int) -> None:
+        with self._lock:
+            self._body_bytes -= size
 
     def track_upstream(self, conn: http.client.HTTPConnection, *, alive: bool) -> None:
         with self._lock:
@@ -251,6 +294,20 @@ class _ProxyHandler(Handler):
             self.close_connection = True
             self.send_json(401, {"error": {"message": "not this trial's token", "code": 401}})
             return
+        chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
+        length = MAX_BODY_BYTES if chunked else _length(self.headers.get("Content-Length"))
+        if length > MAX_BODY_BYTES:
+            self._refuse(413, f"request body of {length} bytes, over {MAX_BODY_BYTES}")
+            return
+        if not self.proxy.reserve_body(length):
+            self._refuse(429, f"the trial's calls in flight hold {BODY_POOL_BYTES} request bytes")
+            return
+        try:
+            self._judged(admitted, given)
+        finally:
+            self.proxy.release_body(length)
+
+    def _judged(self, admitted: Admitted, given: Credentials) -> None:
         try:
             body = self.read_body()
         except ValueError as exc:
@@ -258,15 +315,29 @@ class _ProxyHandler(Handler):
             return
         doc = _json(body)
         refusal = body_refusal(admitted, doc)
+        sent = body
+        if refusal is None:
+            judged = inspect_call(
+                admitted,
+                body,
+                doc,
+                allow_internet=self.proxy.allow_internet,
+                issued=self.proxy.issued,
+            )
+            refusal, sent = judged.refusal, judged.body
         if refusal is not None:
             self._refuse(refusal.status, refusal.rule)
             return
+        parsed = doc if sent is body else None  # the recording's, unless the proxy rewrote it
+        del body  # one copy of the request in memory: what goes out
         if admitted.endpoint.billed:
-            self._metered(admitted, body, doc, given)
+            self._metered(admitted, sent, doc, given, parsed)
         else:
-            self._call(admitted, body, given)
+            self._call(admitted, sent, given, parsed=parsed)
 
-    def _metered(self, admitted: Admitted, body: bytes, doc: Any, given: Credentials) -> None:
+    def _metered(
+        self, admitted: Admitted, body: bytes, doc: Any, given: Credentials, parsed: Any
+    ) -> None:
         """A billed call, judged against the trial's model budget before it goes (`budget.py`
         says how), in one of the budget's places for calls in flight."""
         meter = self.proxy.meter
@@ -281,8 +352,9 @@ class _ProxyHandler(Handler):
                 self._refuse(403, refused.why)
                 return
             if meter.enabled and admitted.endpoint.name == "POST /chat/completions":
-                body = usage_asked(body)
-            ex = self._call(admitted, body, given, model)
+                asked = usage_asked(body)
+                parsed, body = (parsed if asked is body else None), asked
+            ex = self._call(admitted, body, given, model, parsed=parsed)
             if ex.reported_no_usage():
                 meter.charge(model, None, None, sized=ex.size())
 
@@ -301,8 +373,16 @@ class _ProxyHandler(Handler):
             self.send_json(status, body, {"Connection": "close"})
 
     def _call(
-        self, admitted: Admitted, body: bytes, given: Credentials, model: str | None = None
+        self,
+        admitted: Admitted,
+        body: bytes,
+        given: Credentials,
+        model: str | None = None,
+        *,
+        parsed: Any = None,
     ) -> Exchange:
+        """`parsed`: the request as the agent sent it, parsed once; the recording keeps it in
+        place of parsing the body again, unless the proxy rewrote the body on its way."""
         route = self.proxy.routes[f"/{admitted.provider}"]
         ex = Exchange(
             route.provider,
@@ -314,8 +394,9 @@ class _ProxyHandler(Handler):
             client=self.connection,
             model=model,
         )
+        ex.doc = parsed
         log = self.proxy.log
-        ex.attempt = log.attempt_of(ex.body)
+        ex.attempt = log.attempt_of(ex)
         log.begin(ex)
         try:
             self._forward(ex, route, given)
@@ -372,6 +453,7 @@ class _ProxyHandler(Handler):
                 self._stream(ex, answer)
             else:
                 data = answer.read()
+                self.proxy.issued.note_answer(data)
                 ex.answer_bytes = len(data)
                 ex.reader.finish(data)
                 self._bill(ex)
@@ -409,6 +491,7 @@ class _ProxyHandler(Handler):
             if not chunk:
                 break
             ex.answer_bytes += len(chunk)
+            self.proxy.issued.note_answer(chunk)
             if ex.reader.feed(chunk) and ex.first_token_s is None:
                 ex.first_token_s = time.monotonic() - ex.t0
             self._bill(ex)
@@ -429,6 +512,14 @@ class _ProxyHandler(Handler):
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
         headers["Accept-Encoding"] = "identity"  # the proxy reads usage from the answer
         return headers
+
+
+def _length(value: str | None) -> int:
+    """A Content-Length as a size to reserve: a malformed one is read (and refused) later."""
+    try:
+        return max(int(value or 0), 0)
+    except ValueError:
+        return 0
 
 
 def _json(body: bytes) -> Any:

@@ -1,7 +1,8 @@
 """Run summary → a Markdown disclosure card: what a score needs beside it to be comparable.
 
 The card states the resource policy (floor, ceiling, how the kernel enforced it, which backend),
-the capabilities the agent held, the model budget per trial, the host, concurrency, time span,
+the capabilities the agent held, the model budget per trial, the model tools and features
+the proxy relayed per provider, the host, concurrency, time span,
 harness version and trials per task, then the score under both conventions with its CI.
 Anything the run did not record prints as "unknown", never as a guess.
 """
@@ -41,6 +42,7 @@ def render_card(summary: RunSummary) -> str:
         f"| time span (UTC) | {_span(info, prov.first_started_at, prov.last_started_at)} |",
         f"| images | {_images(info, prov.images)} |",
         f"| model budget per trial | {model_budget(info)} |",
+        f"| model tools and features relayed | {_model_features(info)} |",
         f"| trials per task | {_repeats(summary)} |",
         f"| statistics | {round(100 * summary.level)} % CI, task-clustered SE (Miller 2024); "
         f"bootstrap {summary.n_resamples}× seed {summary.seed} |",
@@ -73,6 +75,15 @@ def model_budget(info: Mapping[str, Any]) -> str:
         return ModelBudget.model_validate(info["budget"]).describe()
     except (KeyError, ValidationError):
         return "unknown"
+
+
+def _model_features(info: Mapping[str, Any]) -> str:
+    """What the proxy relayed per provider (server-side tools, storage, fan-out): a score under
+    web search is another configuration than one without. "unknown" for a run that predates it."""
+    features = info.get("model_features")
+    if not isinstance(features, dict) or not features:
+        return "unknown"
+    return "; ".join(f"{provider}: {said}" for provider, said in sorted(features.items()))
 
 
 def _drift(drift: tuple[str, ...]) -> list[str]:
