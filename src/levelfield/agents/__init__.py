@@ -45,8 +45,8 @@ class AgentRun:
 
 
 class Agent(Protocol):
-    """What the runner calls. An agent may also be a `MountsAgent` or a `SetupAgent` (a CLI
-    agent is both); the runner asks which with isinstance."""
+    """What the runner calls. An agent may also be a `MountsAgent`, a `SetupAgent` (a CLI
+    agent is both) or a `CheckingAgent`; the runner asks which with isinstance."""
 
     name: str
     needs_network: bool
@@ -60,6 +60,14 @@ class MountsAgent(Protocol):
     `mounts` may prepare them, once per host."""
 
     def mounts(self) -> tuple[ReadOnlyMount, ...]: ...
+
+
+@runtime_checkable
+class CheckingAgent(Protocol):
+    """An agent that reads per-task inputs (a solution, a recorded trajectory, a population)
+    or refuses a setting: `check` raises before the run for the tasks it cannot serve."""
+
+    def check(self, tasks: Sequence[Task]) -> None: ...
 
 
 @runtime_checkable

@@ -25,7 +25,7 @@ from levelfield.plan import Trial
 from levelfield.policy import Limits
 from levelfield.records import TrialRecord
 from levelfield.runner import TrialContext, record_without_sandbox, run_trial
-from levelfield.sandbox import Backend, BackendOptions, get_backend
+from levelfield.sandbox import Backend, BackendOptions, RoutingBackend, get_backend
 from levelfield.sandbox.trees import remove_path
 
 NODE_ID_CHARS = 12  # Ray node ids are 56 hex digits; 12 keep reports readable and stay unique
@@ -144,7 +144,8 @@ def _run_attempt(trial: Trial, attempt: int, where: NodeRun, ctx: TrialContext) 
     backend: Backend = get_backend(
         where.backend_name, BackendOptions(where.run_id, where.trial_root)
     )
-    ctx.route = getattr(backend, "name_for", None)  # auto: routed on the node, as locally
+    routes = isinstance(backend, RoutingBackend)
+    ctx.route = backend.name_for if routes else None  # auto: routed on the node, as locally
     if attempt > 1:
         backend = _AttemptBackend(backend, attempt)  # type: ignore[assignment]
     if trial.task.path.is_dir():

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, runtime_checkable
 
 from levelfield.errors import RunConfigError
 from levelfield.masking import Masker
@@ -192,6 +192,22 @@ class Backend(Protocol):
     ) -> Sandbox: ...
 
     def reap(self, run_id: str) -> int: ...  # remove what a killed run left; returns the count
+
+
+@runtime_checkable
+class PreparingBackend(Protocol):
+    """A backend with work to do once the run's tasks are known, before the first trial (oci
+    pulls pinned images; auto makes and checks the backends its tasks are routed to)."""
+
+    def prepare(self, tasks: Sequence[Task]) -> None: ...
+
+
+@runtime_checkable
+class RoutingBackend(Protocol):
+    """A backend that sends each task to another one (auto): `name_for` names the backend a
+    task gets, which its trial records instead of the router's own name."""
+
+    def name_for(self, task: Task) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,12 +22,12 @@ from levelfield.sandbox import (
     Backend,
     BackendOptions,
     Enforcement,
+    PreparingBackend,
     ReadOnlyMount,
     Sandbox,
     get_backend,
 )
-from levelfield.sandbox.oci import _engine
-from levelfield.sandbox.oci._images import from_images
+from levelfield.sandbox.oci import engine_report, from_images
 from levelfield.tasks import Task
 
 SETUP_COMMAND = "scripts/oci_setup.sh"  # podman + its API socket; scripts/docker_setup.sh: Docker
@@ -61,7 +61,7 @@ def _image_of(task: Task) -> str:
 
 def engine_problems() -> list[str]:
     """Why no container engine answers here; empty when one does."""
-    return list(_engine.engine_report().problems)
+    return list(engine_report().problems)
 
 
 def refuse_unrunnable(tasks: Sequence[Task], *, uv_shim: bool = False) -> None:
@@ -124,9 +124,8 @@ class AutoBackend:
             if problems:
                 names = ", ".join(sorted(t.name for t in routed))
                 raise HostUnsupported(f"backend {name} (for {names}): " + "; ".join(problems))
-            prepare = getattr(backend, "prepare", None)
-            if prepare is not None:
-                prepare(routed)
+            if isinstance(backend, PreparingBackend):
+                backend.prepare(routed)
 
     def check(self) -> list[str]:
         return []  # per backend, in `prepare`, once the tasks are known

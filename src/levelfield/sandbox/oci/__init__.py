@@ -42,12 +42,14 @@ from levelfield.sandbox.oci import _engine, _images, _offline, _pull, _reconnect
 from levelfield.sandbox.oci._sandbox import OciSandbox
 from levelfield.tasks import Task
 
-# Re-exported: doctor and the tests ask the engine through the backend's module.
+# Re-exported: doctor, the `auto` backend and the tests ask the engine, and read a task's FROM
+# images, through the backend's module, never its private ones.
 EngineReport = _engine.EngineReport
 engine_report = _engine.engine_report
 find_engine_url = _engine.find_engine_url
 other_engine_urls = _engine.other_engine_urls
 SOCKET_PATHS = _engine.SOCKET_PATHS
+from_images = _images.from_images
 
 LABEL_RUN = "levelfield.run"
 LABEL_TRIAL = "levelfield.trial"
