@@ -31,6 +31,7 @@ from levelfield.config import RunConfig
 from levelfield.errors import InputError
 from levelfield.executor import PlanInfo, run
 from levelfield.executor.local import OnTrial
+from levelfield.harbor.task_features import without_refused
 from levelfield.plan import Trial, trial_key
 from levelfield.policy import Policy
 from levelfield.store import Store
@@ -158,7 +159,7 @@ def _cell_index(name: str, cells: list[Cell]) -> int:
 
 
 def _design(config: RunConfig) -> tuple[list[Task], list[Cell], dict[str, Policy]]:
-    dataset = load_dataset(config.dataset)
+    dataset = without_refused(load_dataset(config.dataset), config.backend)
     tasks = [t for t in dataset.tasks if not config.task_names or t.name in config.task_names]
     if not tasks:
         raise InputError(f"{config.dataset}: no valid task")

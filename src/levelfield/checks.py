@@ -1,6 +1,7 @@
 """`tasks check`: every problem of a dataset at once, before any run depends on it.
 
-Problems stop a task from running (malformed task.toml, missing test.sh) or make its score
+Problems stop a task from running (malformed task.toml, missing test.sh, a Harbor feature such as
+sidecar services that no backend runs) or make its score
 meaningless (it passes with the nop agent); warnings are worth a look (unknown task.toml keys,
 no reference solution, Dockerfile RUN steps the process backend does not replay). Each task also
 gets the backend `--backend auto` will send it to, and why.
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from levelfield.config import RunConfig
+from levelfield.harbor.task_features import refusals
 from levelfield.records import Outcome
 from levelfield.sandbox.auto import route_task
 from levelfield.tasks import Task, load_dataset
@@ -41,7 +43,7 @@ class DatasetCheck:
 def check_dataset(path: Path, *, with_nop: bool = False, backend: str = "auto") -> DatasetCheck:
     dataset = load_dataset(path)
     checks = [TaskCheck(p.path.name, p.path, problems=[p.message]) for p in dataset.problems]
-    loaded = {t.name: _check_task(t) for t in dataset.tasks}
+    loaded = {t.name: _check_task(t, backend) for t in dataset.tasks}
     if with_nop and dataset.tasks:
         for name in _passing_with_nop(path, backend):
             loaded[name].problems.append("passes with the nop agent: its tests check nothing")
@@ -49,9 +51,10 @@ def check_dataset(path: Path, *, with_nop: bool = False, backend: str = "auto") 
     return DatasetCheck(path, sorted(checks, key=lambda c: c.name))
 
 
-def _check_task(task: Task) -> TaskCheck:
+def _check_task(task: Task, backend: str) -> TaskCheck:
     route = route_task(task)
     check = TaskCheck(task.name, task.path, backend=route.backend, why=route.why)
+    check.problems += refusals(task, route.backend if backend == "auto" else backend)
     if task.unknown_keys:
         check.warnings.append(f"task.toml: unknown keys {', '.join(task.unknown_keys)}")
     if not task.has_solution:

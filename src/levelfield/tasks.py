@@ -7,6 +7,9 @@ task.toml tolerates unknown keys (Harbor adds them over time) but the loader lis
 keys must have their TOML type (`cpus = "2"` or `cpus = true` is refused, not read as 2 or 1).
 Refused too, each with its own message: a Dockerfile without FROM, an instruction.md that is not
 UTF-8 text, and a symlink leading out of the task directory (a task must carry what it uses).
+Harbor features no backend runs (sidecar services, a separate grader, ...) load: the task keeps
+its parsed task.toml, from which `harbor.task_features.refusals` words the reasons a run, `tasks
+check` or a hosted trial refuses it with.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -30,10 +34,15 @@ DEFAULT_STORAGE_MB = 10240
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_WORKDIR = PurePosixPath("/app")  # the WORKDIR every Terminal-Bench 2.0 Dockerfile sets
 _MIB = 1024 * 1024
+NetworkMode = Literal["no-network", "public", "allowlist"]  # Harbor 0.26's NetworkMode values
+PUBLIC = "public"  # Harbor's default network mode
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml")  # sidecars, in environment/
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
+    network_mode: NetworkMode | None = None  # [environment]'s, or a phase's own (Harbor 0.26)
+    allowed_hosts: list[str] | None = None  # with "allowlist", which harbor.task_features refuses
 
     def unknown_keys(self) -> list[str]:
         return sorted((self.model_extra or {}).keys())
@@ -104,6 +113,10 @@ class Task:
     userland: str = "image"  # "host": declared to run on the host's userland (process)
     metadata: dict[str, Any] = field(default_factory=dict)
     unknown_keys: tuple[str, ...] = ()
+    # task.toml as parsed and the compose files of environment/: what harbor.task_features
+    # reads to refuse the Harbor features no backend runs (sidecars, a separate grader, ...)
+    raw_toml: dict[str, Any] = field(default_factory=dict)
+    compose_files: tuple[str, ...] = ()
 
     @property
     def environment_dir(self) -> Path:
@@ -179,7 +192,8 @@ def _task_dirs(path: Path) -> list[Path]:
 def load_task(path: Path) -> Task:
     path = Path(path).resolve()
     _refuse_links_out(path)
-    config = _read_task_toml(path / "task.toml")
+    raw = _read_toml(path / "task.toml")
+    config = _validated(raw, path / "task.toml")
     instruction = _read_instruction(path / "instruction.md")
     _require_file(path / "tests" / "test.sh", "the verifier script")
     _require_from(path / "environment" / "Dockerfile")
@@ -193,26 +207,57 @@ def load_task(path: Path) -> Task:
         verifier_timeout_s=config.verifier.timeout_sec,
         build_timeout_s=env.build_timeout_sec,
         workdir=_workdir_of(path / "environment" / "Dockerfile"),
-        allow_internet=env.allow_internet,
+        allow_internet=_allow_internet(raw, config),
         docker_image=env.docker_image,
         userland=env.userland,
         metadata=dict(config.metadata),
         unknown_keys=tuple(_unknown_keys(config)),
+        raw_toml=raw,
+        compose_files=tuple(n for n in COMPOSE_FILES if (path / "environment" / n).is_file()),
     )
 
 
-def _read_task_toml(toml_path: Path) -> _TaskToml:
+def _read_toml(toml_path: Path) -> dict[str, Any]:
     _require_file(toml_path, "the task's configuration")
     try:
-        raw = tomllib.loads(toml_path.read_text())
+        return tomllib.loads(toml_path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise TaskError(toml_path, f"not valid TOML: {exc}") from exc
+
+
+def _validated(raw: dict[str, Any], toml_path: Path) -> _TaskToml:
     try:
         return _TaskToml.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         field_name = ".".join(str(p) for p in first["loc"]) or None
         raise TaskError(toml_path, first["msg"], field=field_name) from exc
+
+
+def _allow_internet(raw: dict[str, Any], config: _TaskToml) -> bool | None:
+    """Harbor 0.26's `network_mode` (any table) decides when given, as the agent's phase has it
+    (a verifier with another network is refused); else the older `allow_internet`, or None."""
+    sections = (config.environment, config.agent, config.verifier)
+    if all(s.network_mode is None for s in sections):
+        return config.environment.allow_internet
+    tables = (raw.get(name, {}) for name in ("environment", "agent", "verifier"))
+    return phase_networks(*tables)["agent"] == PUBLIC
+
+
+def phase_networks(
+    env: Mapping[str, Any], agent: Mapping[str, Any], verifier: Mapping[str, Any]
+) -> dict[str, str]:
+    """Each phase's network mode as Harbor 0.26 resolves it: the phase's own `network_mode`,
+    else `[environment]`'s, whose default is public; the deprecated `allow_internet` counts only
+    where `[environment] network_mode` is not given."""
+    base = env.get("network_mode")
+    if base is None:
+        legacy = env.get("allow_internet")
+        base = PUBLIC if legacy is None or legacy else "no-network"
+    return {
+        phase: table.get("network_mode") or base
+        for phase, table in (("agent", agent), ("verifier", verifier))
+    }
 
 
 def _require_file(path: Path, what: str) -> None:

@@ -261,6 +261,50 @@ def test_harbor_026_checks_the_ek_options_before_queueing_any_trial(
     assert not list((tmp_path / "jobs").glob("*/spike-host*"))  # no trial was started
 
 
+_START_PROBE = """
+import asyncio, sys
+from pathlib import Path
+from harbor.models.task.config import EnvironmentConfig
+from harbor.models.trial.paths import TrialPaths
+from levelfield.harbor.environment import LevelfieldEnvironment
+
+task, trial = Path(sys.argv[1]), Path(sys.argv[2])
+env = LevelfieldEnvironment(
+    environment_dir=task / "environment", environment_name=task.name, session_id="s",
+    trial_paths=TrialPaths(trial), task_env_config=EnvironmentConfig(), backend="process",
+)
+try:
+    asyncio.run(env.start(False))
+except Exception as exc:
+    print(type(exc).__name__, exc)
+else:
+    print("started")
+    asyncio.run(env.stop(True))
+"""
+
+
+@pytest.mark.harbor
+@pytest.mark.parametrize("release", sorted(HARBOR_VENVS))
+def test_the_environment_refuses_a_compose_task_at_start_before_any_sandbox(
+    release: str, make_task: MakeTask, tmp_path: Path
+) -> None:
+    """Harbor's own classes build levelfield's environment for a task with sidecar services;
+    its start raises the TaskError naming the compose file and the backend, which Harbor keeps
+    as the trial's exception, instead of starting a sandbox without the services."""
+    python = HARBOR_VENVS[release] / "bin" / "python"
+    require([] if python.is_file() else [str(python)], f"the Harbor {release} venv")
+    task = make_task("sidecar", files={"environment/docker-compose.yaml": "services: {}\n"})
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    argv = [str(python), "-c", _START_PROBE, str(task), str(tmp_path / "trial")]
+
+    probe = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert probe.stdout.startswith("TaskError "), probe.stdout + probe.stderr[-2000:]
+    assert "environment/docker-compose.yaml: sidecar services" in probe.stdout
+    assert "levelfield's process backend does not run it" in probe.stdout
+
+
 # -- the environment's mechanics without Harbor, on the process backend -------------------------
 
 

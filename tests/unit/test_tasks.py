@@ -70,3 +70,38 @@ def test_workdir_comes_from_the_last_dockerfile_workdir(make_task: MakeTask) -> 
 def test_missing_dataset_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(TaskError, match="not found"):
         load_dataset(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize(
+    ("tables", "allow_internet"),
+    [
+        ({}, None),  # unsaid: each backend's own default
+        ({"environment": 'network_mode = "no-network"'}, False),
+        ({"environment": 'network_mode = "public"'}, True),
+        ({"environment": "allow_internet = false"}, False),
+        ({"environment": 'allow_internet = true\nnetwork_mode = "no-network"'}, False),
+        ({"environment": "allow_internet = true", "agent": 'network_mode = "no-network"',
+          "verifier": 'network_mode = "no-network"'}, False),
+    ],
+)  # fmt: skip
+def test_harbors_network_mode_decides_the_trials_network_over_allow_internet(
+    make_task: MakeTask, tables: dict[str, str], allow_internet: bool | None
+) -> None:
+    """Harbor 0.26 spells the network `network_mode` (per table); `allow_internet` is its older
+    spelling, read only where `[environment] network_mode` is not given."""
+    root = make_task()
+    (root / "task.toml").write_text(
+        "".join(
+            f"[{name}]\n{tables.get(name, '')}\n" for name in ("environment", "agent", "verifier")
+        )
+    )
+    assert load_task(root).allow_internet is allow_internet
+
+
+def test_the_task_keeps_its_parsed_toml_and_its_compose_files(make_task: MakeTask) -> None:
+    """What harbor.task_features reads to refuse features no backend runs."""
+    root = make_task(extra_toml="user = 1000\n", files={"environment/docker-compose.yml": ""})
+    task = load_task(root)
+    assert task.raw_toml["verifier"]["user"] == 1000
+    assert task.compose_files == ("docker-compose.yml",)
+    assert load_task(make_task("plain")).compose_files == ()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from levelfield._room import check_room
-from levelfield.agents import AgentOptions, make_agent
+from levelfield.agents import AgentOptions, CheckingAgent, MountsAgent, make_agent
 from levelfield.config import RunConfig
 from levelfield.errors import (
     HostUnsupported,
@@ -30,13 +30,22 @@ from levelfield.errors import (
 from levelfield.executor._reaping import note_reaped
 from levelfield.executor.local import Admission, LocalExecutor, OnTrial
 from levelfield.executor.ray import RayExecutor, RetryPolicy, import_ray
+from levelfield.harbor.task_features import without_refused
 from levelfield.model_api.cost import PriceTable, PricingStore, load_prices
+from levelfield.model_api.request_policy import RELAYED
 from levelfield.network import IndexProber
 from levelfield.plan import Trial, concurrency_blocks, estimate_duration_s, plan_trials
 from levelfield.policy import Policy
 from levelfield.records import ModelBudget, Reason, TrialRecord
 from levelfield.runner import TrialContext
-from levelfield.sandbox import CAPABILITIES_DESCRIBED, Backend, BackendOptions, get_backend
+from levelfield.sandbox import (
+    CAPABILITIES_DESCRIBED,
+    Backend,
+    BackendOptions,
+    PreparingBackend,
+    RoutingBackend,
+    get_backend,
+)
 from levelfield.store import Store
 from levelfield.tasks import Dataset, TaskProblem, load_dataset
 from levelfield.telemetry import host_id, total_memory_bytes
@@ -100,9 +109,8 @@ def run(
         problems = backend.check() if on_this_host else []
         if problems:
             raise HostUnsupported(f"backend {config.backend}: " + "; ".join(problems))
-        prepare = getattr(backend, "prepare", None)  # auto: per-task backends; oci: pulls
-        if prepare is not None and on_this_host:
-            prepare(dataset.tasks)
+        if isinstance(backend, PreparingBackend) and on_this_host:
+            backend.prepare(dataset.tasks)  # auto: per-task backends; oci: pulls
         store.set_meta(_meta(config, run_id, backend, policies, store.meta()))
         if on_this_host:
             store.set_meta({"agents_prepared": _prepare_agents(config, store.meta())})
@@ -115,7 +123,8 @@ def run(
             on_plan(_plan_info(todo, len(trials) - len(todo), config, store))
         ctx = TrialContext(run_id, run_dir, backend.name, agent_options=config.agent_options)
         ctx.prober = _prober(config) if todo else None
-        ctx.route = getattr(backend, "name_for", None)  # auto: the backend each task got
+        routes = isinstance(backend, RoutingBackend)
+        ctx.route = backend.name_for if routes else None  # auto: the backend each task got
         if on_this_host:
             note_reaped(store, host=platform.node(), count=backend.reap(run_id), when="start")
         try:
@@ -160,6 +169,8 @@ def _probes_meta(prober: IndexProber | None, old: dict[str, Any]) -> dict[str, A
     prober.wait(PROBE_END_WAIT_S)
     done = [p.model_dump(mode="json") for p in prober.results]
     return {"index_probes": [*old.get("index_probes", []), *done]} if done else {}
+
+
 def _refuse_unrunnable(config: RunConfig, dataset: Dataset, on_this_host: bool) -> None:
     """A task that cannot run where it would be sent is refused now, not stored as a failure."""
     from levelfield.sandbox import auto
@@ -174,9 +185,8 @@ def _plan(config: RunConfig, dataset: Dataset, policies: list[Policy]) -> list[T
     agents = config.resolved_agents()
     for spec in agents:
         agent = make_agent(spec, config.agent_options)  # a misconfigured agent fails here
-        check = getattr(agent, "check", None)  # an agent that reads per-task inputs (population)
-        if check is not None:
-            check(dataset.tasks)
+        if isinstance(agent, CheckingAgent):  # reads per-task inputs (population)
+            agent.check(dataset.tasks)
     return plan_trials(
         dataset.tasks,
         agents,
@@ -195,8 +205,7 @@ def _prepare_agents(config: RunConfig, meta: dict[str, Any]) -> dict[str, Any]:
     prepared = dict(meta.get("agents_prepared", {}))
     for spec in config.resolved_agents():
         agent = make_agent(spec, config.agent_options)
-        mounts = getattr(agent, "mounts", None)
-        if mounts is None or not mounts():
+        if not isinstance(agent, MountsAgent) or not agent.mounts():
             continue
         from levelfield.agents.command import prepared_tree
 
@@ -302,6 +311,7 @@ def _load(config: RunConfig) -> Dataset:
         dataset = Dataset(
             dataset.path, tuple(t for t in dataset.tasks if t.name in wanted), dataset.problems
         )
+    dataset = without_refused(dataset, config.backend)  # Harbor features no backend runs
     if not dataset.tasks:
         detail = "; ".join(p.message for p in dataset.problems[:3])
         raise InputError(f"{config.dataset}: no valid task" + (f" ({detail})" if detail else ""))
@@ -329,6 +339,7 @@ def _meta(
         "backend": backend.name,
         "enforcement": _enforcement(backend),
         "capabilities": CAPABILITIES_DESCRIBED,
+        "model_features": dict(RELAYED),
         "host": {
             "host_id": host_id(),
             "cpus": _cpus(),

@@ -46,6 +46,7 @@ from levelfield import errors
 from levelfield.errors import RunConfigError
 from levelfield.harbor.box import ExecCall, HarborBox
 from levelfield.harbor.options import EnvironmentOptions, parse_options, spec_of
+from levelfield.harbor.task_features import refuse_unsupported
 from levelfield.tasks import load_task
 from levelfield.verifier import parse_reward_json, parse_reward_txt
 
@@ -158,7 +159,11 @@ class LevelfieldEnvironment(BaseEnvironment):
 
     async def start(self, force_build: bool) -> None:
         """`force_build` is moot: levelfield builds by the content of environment/ and reuses
-        an image only when that content is unchanged."""
+        an image only when that content is unchanged. A task using a Harbor feature levelfield
+        does not run (compose services, GPUs, ...) is refused here, before anything starts, so
+        Harbor records the TaskError as the trial's exception instead of grading a sandbox
+        that lacks the feature."""
+        refuse_unsupported(self._task, self._options.backend)
         trial_dir = self.trial_paths.trial_dir.resolve()
         box = HarborBox(self._task, self._policy, self._options, trial_dir)
         await asyncio.to_thread(box.start)

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from levelfield.errors import RunConfigError
+from levelfield.harbor.task_features import refuse_unsupported
 from levelfield.hosted.options import HostedOptions
 from levelfield.tasks import Spec, Task, load_task
 
@@ -92,10 +93,12 @@ def _fields_of_text(text: str) -> dict[str, Any]:
 def task_of_sample(config: SandboxConfig, metadata: dict[str, Any], home: Path, name: str) -> Task:
     """The levelfield task an Inspect sample runs as. inspect-harbor's samples name their
     Harbor task folder (`task_dir`); any other sample gets a task made for it in `home`: the
-    host's userland on process, `image` on oci."""
+    host's userland on process, `image` on oci. A task folder using a Harbor feature no backend
+    runs (compose services, a separate grader, ...) raises its TaskError: the sample errs."""
     task_dir = metadata.get("task_dir")
     if task_dir:
         task = load_task(Path(task_dir))
+        refuse_unsupported(task, config.backend)  # a Harbor feature no backend runs
         return _with_spec(task, config, task.spec)
     if config.memory_mb is None:
         raise RunConfigError(
