@@ -294,7 +294,8 @@ def test_clean_ranks_say_what_rests_on_unclassified_exceptions(
     assert entries[OPENCODE]["unclassified_rate"] == pytest.approx(31 / 89)
     assert entries[OPENCODE]["clean_rank"] < entries[OPENCODE]["clean_rank_if_agents"]
     markdown = invoke("leaderboard", str(board["run"]), "--markdown")
-    table = markdown.split("† Clean scores resting on unclassified exceptions", 1)[1]
+    after = markdown.split("† Clean scores resting on unclassified exceptions", 1)[1]
+    table = after.split("\n\n")[1]  # the title's line, then this table up to the next blank
     (row,) = [line for line in table.splitlines() if line.startswith(f"| {OPENCODE} |")]
     e = entries[OPENCODE]
     assert row == (

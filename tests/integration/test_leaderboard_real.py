@@ -8,6 +8,7 @@ statsmodels' Holm for the rank sets; the page is measured in headless Chromium."
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import math
 import os
@@ -28,6 +29,7 @@ from tests.unit.test_ranks import holm_reference
 pytestmark = pytest.mark.slow
 
 LEVELFIELD = [sys.executable, "-m", "levelfield"]
+KINDS = ("passed", "failed", "timeout", "error")
 AGENT_TYPES = {"AgentTimeoutError", "NonZeroAgentExitCodeError", "BadRequestError"}
 
 
@@ -149,6 +151,17 @@ def test_every_result_file_found_is_counted(
     ) in line
 
 
+def test_every_import_flag_is_repeated_per_entry(board: tuple[dict, Path]) -> None:
+    data, _ = board
+    flags = data["info"]["import_flags"]
+    assert flags and {e["label"] for e in data["entries"]} >= set(flags)
+    for e in data["entries"]:
+        assert e["flags"] == flags.get(e["label"], [])
+    kinds = {f["kind"] for e in data["entries"] for f in e["flags"]}
+    assert kinds >= {"task_versions", "agent_versions"}
+    assert data["not_ranked"] == {}  # every shared submission has trials
+
+
 def test_exact_ties_share_their_rank_and_clean_rank(
     board: tuple[dict, Path], files: dict[str, Any]
 ) -> None:
@@ -224,7 +237,7 @@ def test_the_page_fits_its_window_and_the_forest_keeps_its_width(
     script = (
         "const table=document.querySelector('table.board');"
         "const svg=document.querySelector('#fig-forest');"
-        "window.measured={window:window.innerWidth,"
+        "window.measured={window:window.innerWidth,page:document.documentElement.scrollWidth,"
         "columns:Array.from(table.querySelectorAll('th')).map("
         "th=>[th.textContent,th.getBoundingClientRect().right]),"
         "svg:svg.getBoundingClientRect().width,"
@@ -235,6 +248,7 @@ def test_the_page_fits_its_window_and_the_forest_keeps_its_width(
     right = dict(seen["columns"])
     assert {"clean (rank)", "infra", "provider"} <= set(right)
     assert max(right.values()) <= width, right
+    assert seen["page"] <= width  # the tables below it too: the flags' details wrap
     assert seen["axes"] >= 0.6 * seen["svg"], seen
     assert re.search(r"Junie_CLI__Gemini-3-Flash-Preview-Gemini-3\.1", page.read_text())
     shot = Path(os.environ.get("LEVELFIELD_SCREENSHOT", tmp_path / "leaderboard.png"))
@@ -246,3 +260,137 @@ def test_the_page_fits_its_window_and_the_forest_keeps_its_width(
         page.as_uri(),
     )
     assert done.returncode == 0 and shot.stat().st_size > 50_000
+
+
+def _rates(files: dict[str, Any], label: str) -> dict[str, float]:
+    """Each task's solve rate (passes over trials), straight from the result.json files."""
+    return {
+        task: float(np.mean([reward(t) == 1.0 for t in group]))
+        for task, group in by_task(files["trials"][label]).items()
+    }
+
+
+def test_first_against_second_and_the_gap_it_would_need(
+    board: tuple[dict, Path], files: dict[str, Any]
+) -> None:
+    from scipy.stats import norm
+
+    result = board[0]
+    first, (one, two) = result["first"], [e["label"] for e in result["entries"][:2]]
+    assert (first["label"], first["second"]) == (one, two)
+    a, b = _rates(files, one), _rates(files, two)
+    d = np.array([a[t] - b[t] for t in sorted(a.keys() & b.keys())])
+    se = d.std(ddof=1) / math.sqrt(d.size)
+    family = 2 * len(result["entries"]) - 3  # each with the next and with #1, #1–#2 once
+    assert first["family"] == family
+    assert first["diff"] == pytest.approx(d.mean(), abs=1e-12)
+    assert first["gap_needed"] == pytest.approx(norm.ppf(1 - 0.05 / (2 * family)) * se)
+    top = next(g for g in result["gaps"] if g["to"] == "next")["pair"]
+    assert first["p_vs_second"] == top["p_holm"] and first["proven"] == (top["p_holm"] < 0.05)
+    assert not first["proven"] and first["gap_needed"] > first["diff"]  # the shared board's #1
+
+
+def test_every_task_with_its_solve_rates_and_the_tasks_that_decide_the_top_gaps(
+    board: tuple[dict, Path], files: dict[str, Any]
+) -> None:
+    result = board[0]
+    labels = [e["label"] for e in result["entries"]]
+    rates = {label: _rates(files, label) for label in labels}
+    tasks = {r["task"]: r for r in result["tasks"]}
+    assert set(tasks) == {t for by in rates.values() for t in by}
+    for name, row in tasks.items():
+        expected = {label: by[name] for label, by in rates.items() if name in by}
+        assert row["solve_rate"] == pytest.approx(expected, abs=1e-12)
+        solved = sum(rate > 0 for rate in expected.values())
+        kind = "nobody" if solved == 0 else "everybody" if solved == len(expected) else ""
+        assert (row["solved_by"], row["ran_by"], row["kind"]) == (solved, len(expected), kind)
+    means = [r["mean_rate"] for r in result["tasks"]]
+    assert means == sorted(means)  # hardest first
+    assert {r["kind"] for r in result["tasks"]} == {"everybody", ""}  # each task solved by some
+    assert len(result["deciding"]) == 4
+    pairs = enumerate(itertools.pairwise(labels[:5]), start=1)
+    for gap, (place, (a, b)) in zip(result["deciding"], pairs, strict=True):
+        assert (gap["name"], gap["a"], gap["b"]) == (f"#{place} vs #{place + 1}", a, b)
+        diffs = {t: rates[a][t] - rates[b][t] for t in rates[a].keys() & rates[b].keys()}
+        differ = sorted((t for t in diffs if diffs[t] != 0), key=lambda t: (-abs(diffs[t]), t))
+        assert gap["n_differ"] == len(differ) and gap["n_tasks"] == len(diffs)
+        assert [t["task"] for t in gap["tasks"]] == differ[:5]
+        assert gap["diff"] == pytest.approx(np.mean(list(diffs.values())), abs=1e-12)
+        for t in gap["tasks"]:
+            assert gap["name"] in tasks[t["task"]]["decides"]
+
+
+def test_the_text_says_the_first_line_and_the_tasks(imported: tuple[Path, str]) -> None:
+    out = subprocess.run(
+        [*LEVELFIELD, "leaderboard", str(imported[0])],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "250"},
+    ).stdout
+    text = " ".join(out.split())
+    assert "How sure is #1? " in text and "not proven; a gap of" in text
+    assert "that no entry solved once" in text and "rests on the" in text
+    assert "Tasks, hardest first" in text
+
+
+def _kind(trial: dict[str, Any]) -> str:
+    """How a trial ended, from its file alone: a pass, an ordinary failure (the tests ran, no
+    exception), an agent timeout, or any other ending."""
+    exception = (trial.get("exception_info") or {}).get("exception_type")
+    if reward(trial) == 1.0:
+        return "passed"
+    if exception == "AgentTimeoutError":
+        return "timeout"
+    return "failed" if exception is None and reward(trial) is not None else "error"
+
+
+def _most_common(values: list[Any]) -> str:
+    found = [v for v in values if v]
+    return max(sorted(set(found)), key=found.count) if found else "unknown"
+
+
+def test_each_entry_with_its_agent_model_dates_and_outcome_profile(
+    board: tuple[dict, Path], files: dict[str, Any]
+) -> None:
+    from datetime import datetime
+
+    entries = board[0]["entries"]
+    mixes = {}
+    for e in entries:
+        trials = files["trials"][e["label"]]
+        agent, split, model = e["label"].partition("__")
+        if not split:
+            agent = _most_common([(t.get("agent_info") or {}).get("name") for t in trials])
+            model = _most_common(
+                [
+                    ((t.get("agent_info") or {}).get("model_info") or {}).get("name")
+                    or (t["config"].get("agent") or {}).get("model_name")
+                    for t in trials
+                ]
+            )
+        assert (e["agent"], e["model"]) == (agent, model)
+        started = [datetime.fromisoformat(t["started_at"]) for t in trials if t.get("started_at")]
+        assert datetime.fromisoformat(e["first_trial_at"]) == min(started)
+        assert datetime.fromisoformat(e["last_trial_at"]) == max(started)
+        kinds = [_kind(t) for t in trials]
+        expected = {k: kinds.count(k) / len(kinds) for k in KINDS}
+        assert e["profile"] == pytest.approx(expected, abs=1e-12)
+        fails = {k: kinds.count(k) for k in ("failed", "timeout", "error")}
+        mixes[e["label"]] = {k: v / sum(fails.values()) for k, v in fails.items()}
+    median = {k: float(np.median([m[k] for m in mixes.values()])) for k in ("failed", "timeout")}
+    no_timeouts = {
+        label for label, m in mixes.items() if median["timeout"] >= 0.1 and m["timeout"] == 0
+    }
+    assert len(no_timeouts) >= 4  # OB-1 twice, MAYA twice: a way of failing they never show
+    far = {e["label"] for e in entries if e["profile_far"]}
+    assert no_timeouts <= far and len(far) < 10
+    groups = {(g["by"], g["name"]): g for g in board[0]["groups"]}
+    codex = [e for e in entries if e["model"].casefold() == "gpt-5.3-codex"]
+    assert len(groups[("model", "GPT-5.3-Codex")]["entries"]) == len(codex) >= 10
+    assert (
+        groups[("agent", "Terminus2")]["best"]
+        == max((e for e in entries if e["agent"] == "Terminus2"), key=lambda e: e["score"]["mean"])[
+            "label"
+        ]
+    )

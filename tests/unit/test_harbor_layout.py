@@ -133,14 +133,24 @@ def test_a_label_fits_one_job_or_submission_only(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
-def test_a_broken_file_is_skipped_with_its_problem_and_the_rest_imported(tmp_path: Path) -> None:
+def test_a_broken_trial_file_is_a_trial_without_a_reward(tmp_path: Path) -> None:
+    """The trial ran (its folder is a trial's): it stays in, unreadable, an infra error with no
+    reward, under the full name of its task; a broken file elsewhere is skipped, named."""
     board = tmp_path / "board"
     submission(board, "A", ["fix-git", "regex-log"])
     broken = board / "A" / "job-0" / "regex-log__000" / "result.json"
     broken.write_text('{"task_name": "regex-log", "trial_name": ')
+    stray = board / "A" / "job-0" / "notes" / "result.json"
+    stray.parent.mkdir()
+    stray.write_text("{")
     result = import_harbor([board], tmp_path / "run")
-    assert result.imported == 3
-    assert len(result.skipped) == 1 and str(broken) in result.skipped[0]
+    assert result.imported == 4
+    assert len(result.skipped) == 1 and str(stray) in result.skipped[0]
+    (flag,) = [f for f in result.flags["A"] if f.kind == "unreadable_trials"]
+    assert "regex-log__000" in flag.detail
+    (kept,) = [r for r in records(tmp_path / "run") if r.harbor.trial_name == "regex-log__000"]
+    assert (kept.task, kept.reward, kept.reason) == ("regex-log", None, Reason.HARNESS_ERROR)
+    assert kept.evidence.notes[0].startswith("unreadable result.json: JSONDecodeError")
 
 
 def test_reasons_come_from_exceptions_and_rewards(tmp_path: Path) -> None:

@@ -148,3 +148,15 @@ def test_secrets_on_the_agents_command_line_are_masked(tmp_path: Path) -> None:
     stored = json.dumps(trial.facts)
     assert "API_KEY=***" in stored
     assert not any(key in stored for key in keys)
+
+
+def test_a_failing_reward_beside_an_unknown_type_stays_unclassified_infra() -> None:
+    """Whether the unknown exception made the tests fail is unknown: the booking says
+    infrastructure, as the note does, so the leaderboard's † table counts it."""
+    message = "infrastructure bootstrap failed"
+    verdict = judge("InfraBootstrapFailure", message, 0.0)
+    assert (verdict.outcome, verdict.reason) == (Outcome.INFRA_ERROR, Reason.HARNESS_ERROR)
+    assert verdict.notes[1].startswith("unclassified")
+    assert "does not decide" in verdict.notes[-1]
+    passed = judge("InfraBootstrapFailure", message, 1.0)
+    assert passed.reason is Reason.TESTS_PASSED  # a graded pass still decides

@@ -39,14 +39,16 @@ import functools
 import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from levelfield.analysis import _tidy
+from levelfield.analysis import _tidy, board_entries, board_tasks
+from levelfield.analysis.board_entries import EntryFacts, Group
+from levelfield.analysis.board_tasks import Deciding, First, TaskRates
 from levelfield.analysis.estimators import Estimate, clipped, mean_of_tasks
 from levelfield.analysis.paired import PairedComparison, TaskMatrix, compare_pairs, holm
 from levelfield.analysis.power import detectable_gap, paired_variances
@@ -83,6 +85,16 @@ class Entry:
     marginal: tuple[int, int]
     tier: int
     provider: str
+    flags: tuple[dict[str, str], ...] = ()  # the import's flags on it (harbor/flags.py)
+    # who it is, when it ran and how its trials ended (board_entries.py)
+    agent: str = ""
+    model: str = ""
+    first_trial_at: str | None = None
+    last_trial_at: str | None = None
+    profile: dict[str, float] = field(default_factory=dict)
+    profile_distance: float = math.nan
+    profile_far: bool = False
+    profile_why: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +147,12 @@ class Leaderboard:
     providers: tuple[Provider, ...]
     providers_confounded: bool
     unpaired: tuple[str, ...]
+    first: First  # #1 against #2 (board_tasks.py)
+    tasks: tuple[TaskRates, ...]  # every task's solve rates, hardest first
+    deciding: tuple[Deciding, ...]  # the tasks the top adjacent gaps rest on
+    groups: tuple[Group, ...]  # entries sharing a model, or an agent
+    # folders of the imported leaderboard from which no trial was read, each with why
+    not_ranked: dict[str, str] = field(default_factory=dict)
 
 
 def leaderboard(
@@ -154,10 +172,17 @@ def leaderboard(
     order = sorted(range(len(labels)), key=lambda j: (-exact[labels[j]], labels[j]))
     gaps = _gaps(scores, order, level)
     entries = _entries(trials, lean, rates, labels, ranks, level)
-    sorted_entries = tuple(entries[j] for j in order)
+    flags = dict(info or {}).get("import_flags") or {}
+    facts = board_entries.entry_facts(trials, lean["entry"])
+    sorted_entries = tuple(
+        _with_facts(entries[j], tuple(flags.get(entries[j].label, ())), facts[entries[j].label])
+        for j in order
+    )
     alpha = 1 - level
     top_next = [g for g in gaps if g.to == "next"][: min(TOP, len(order)) - 1]
     providers = _providers(sorted_entries)
+    ordered = [labels[j] for j in order]
+    decided = board_tasks.deciding(scores, ordered)
     return Leaderboard(
         info=dict(info or {}),
         level=level,
@@ -167,10 +192,30 @@ def leaderboard(
         n_tiers=max(ranks.tier),
         top=min(TOP, len(order)),
         top_gaps_told_apart=sum(1 for g in top_next if g.pair.p_holm < alpha),
-        detectable=_detectable(rates, [labels[j] for j in order], alpha),
+        detectable=_detectable(rates, ordered, alpha),
         providers=providers,
         providers_confounded=_confounded(sorted_entries),
         unpaired=_unpaired(scores),
+        first=_first(gaps, alpha),
+        tasks=board_tasks.task_rates(scores, decided),
+        deciding=decided,
+        groups=board_entries.groups(facts, {e.label: e.score.mean for e in sorted_entries}),
+        not_ranked=dict(((info or {}).get("import_skipped") or {}).get("submissions") or {}),
+    )
+
+
+def _with_facts(entry: Entry, flags: tuple[dict[str, str], ...], facts: EntryFacts) -> Entry:
+    return replace(
+        entry,
+        flags=flags,
+        agent=facts.agent,
+        model=facts.model,
+        first_trial_at=facts.first_trial_at,
+        last_trial_at=facts.last_trial_at,
+        profile=facts.profile,
+        profile_distance=facts.distance,
+        profile_far=facts.far,
+        profile_why=facts.why,
     )
 
 
@@ -328,6 +373,16 @@ def _gaps(scores: TaskMatrix, order: list[int], level: float) -> tuple[Gap, ...]
     }
     return tuple(
         [Gap("next", done[key]) for key in to_next] + [Gap("first", done[key]) for key in to_first]
+    )
+
+
+def _first(gaps: tuple[Gap, ...], alpha: float) -> First:
+    """#1 against #2, from the gap the family already holds (its Holm p is the board's)."""
+    top = next(g for g in gaps if g.to == "next").pair
+    family = len({(g.pair.a, g.pair.b) for g in gaps})
+    e = top.estimate
+    return board_tasks.first_against_second(
+        top.a, top.b, e.diff, e.se, e.ci, top.p_holm, family, alpha
     )
 
 

@@ -115,6 +115,8 @@ COLUMNS = (
     "host_id",
     "node",
     "sandbox_provider",
+    "harbor_agent",
+    "harbor_model",
     "error",
     "api_calls",
     "api_latency_s",
@@ -179,6 +181,8 @@ def _row(r: TrialRecord) -> dict[str, Any]:
         "node": h.node or h.host_id,
         # Where an imported trial ran (Harbor's docker, daytona, modal...); our own: the backend.
         "sandbox_provider": r.harbor.sandbox_provider if r.harbor else r.backend,
+        "harbor_agent": r.harbor.agent_name if r.harbor else None,
+        "harbor_model": r.harbor.model if r.harbor else None,
         "error": r.error,
         "api_calls": len(calls),
         "api_latency_s": sum(latencies) / len(latencies) if latencies else None,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -72,14 +73,47 @@ def inspect(
         raise InputError(f"reading Inspect logs needs Inspect ({exc}): "
                          "pip install 'levelfield[inspect]'") from exc  # fmt: skip
     result = import_inspect(paths, out, label=label)
+    _finish(result, out, of=", ".join(sorted(result.labels)))
+
+
+def tb1(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="Terminal-Bench 1.x folders: runs, submissions or the whole board."),
+    ],
+    out: Annotated[Path, typer.Option(help="Run directory to create or add to.")],
+    label: Annotated[str | None, typer.Option(help="Name the trials of one submission.")] = None,
+) -> None:
+    """Import Terminal-Bench 1.x runs (results.json, <run>_results.json) as a run: each
+    submission a configuration, each trial's reason from its is_resolved and failure_mode."""
+    from levelfield.tb1 import import_tb1
+
+    result = import_tb1(paths, out, label=label)
+    _finish(result, out, of=f"{len(result.runs)} submissions")
+
+
+class _Imported(Protocol):
+    @property
+    def imported(self) -> int: ...
+    @property
+    def already_stored(self) -> int: ...
+    @property
+    def skipped(self) -> Sequence[str]: ...
+    @property
+    def run_dir(self) -> Path: ...
+
+
+def _finish(result: _Imported, out: Path, *, of: str) -> None:
+    """The table prepared, the skipped named, one line of counts: the end of every import
+    but Harbor's, which has flags and folders of its own to tell."""
     if result.imported:
         _prepare_table(out)
     for problem in result.skipped:
         err.print(f"[yellow]skipped[/] {problem}")
     console.print(
         f"imported {result.imported} trials ({result.already_stored} already there, "
-        f"{len(result.skipped)} skipped) of {', '.join(sorted(result.labels))} into "
-        f"{result.run_dir}; see `levelfield report {result.run_dir}`"
+        f"{len(result.skipped)} skipped) of {of} into {result.run_dir}; "
+        f"see `levelfield report {result.run_dir}`"
     )
 
 
@@ -97,11 +131,18 @@ def _show(result: ImportResult) -> None:
         err.print(f"[yellow]skipped[/] {problem}")
     for folder in result.folders_skipped:
         err.print(f"[yellow]folder not read[/] {folder}")
+    for folder, why in result.submissions_skipped.items():
+        err.print(f"[yellow]submission without a trial[/] {folder}: {why}")
     for submission, flags in sorted(result.flags.items()):
         for flag in flags:
             console.print(f"[yellow]flag[/] {submission}: {flag.kind}: {flag.detail}")
     n = len(result.submissions)
     folders = f", {len(result.folders_skipped)} folders not read" if result.folders_skipped else ""
+    if result.submissions_skipped:
+        folders += (
+            f", {len(result.submissions_skipped)} submission folders without a trial "
+            f"({', '.join(Path(f).name for f in result.submissions_skipped)})"
+        )
     console.print(
         f"{result.found} result.json found: {result.imported} trials imported of {n} "
         f"submission{'s' * (n != 1)}, {result.already_stored} already there, "
@@ -116,4 +157,5 @@ def register(app: typer.Typer) -> None:
     import_app = typer.Typer(no_args_is_help=True, help="Bring other harnesses' results in.")
     import_app.command("harbor")(harbor)
     import_app.command("inspect")(inspect)
+    import_app.command("tb1")(tb1)
     app.add_typer(import_app, name="import")

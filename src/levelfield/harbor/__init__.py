@@ -5,7 +5,9 @@ trials, and which submission each belongs to), `trial_file` (one trial folder's 
 `result_fields` the fields it keeps of a result.json), `reasons` (Harbor's exception types →
 the agent's failure or infrastructure) and `flags` (what looks wrong with a submission, with
 `copies` for attempts that are one run copied), with `beside` reading what lies next to a
-trial's result.json.
+trial's result.json. `task_features` refuses the tasks using a feature of Harbor's task format
+that no levelfield backend runs (sidecar services, a separate grader, ...), wherever a trial of
+one would be planned.
 
 `LevelfieldEnvironment` runs Harbor's trials on levelfield's sandboxes (`harbor run -e
 levelfield.harbor:LevelfieldEnvironment`): `environment` (the only module that imports Harbor,

@@ -55,6 +55,7 @@ def flag_submissions(
             *_tasks(own, usual_tasks if len(trials) >= 3 else None, usual_checksums),
             *_partial_rewards(own),
             *_invalid_rewards(own),
+            *_unreadable(own),
         ]
         own_jobs = (jobs or {}).get(label) or [""] * len(own)
         copied = copied_attempts(own, own_jobs, outcomes[label], usual_varying)
@@ -199,6 +200,17 @@ def _invalid_rewards(trials: Sequence[HarborTrial]) -> Iterator[Flag]:
             "invalid_rewards",
             f"{problems.total()} trials have a reward that is not a number in [0, 1]; each "
             f"counts as the grader's failure (verifier_error), never a pass: {shown}{more}",
+        )
+
+
+def _unreadable(trials: Sequence[HarborTrial]) -> Iterator[Flag]:
+    """Trials that ran but whose result.json cannot be read, each named: they count 0."""
+    names = sorted(t.facts["trial_name"] for t in trials if t.unreadable is not None)
+    if names:
+        yield Flag(
+            "unreadable_trials",
+            f"{len(names)} trials ran but their result.json cannot be read; each counts as a "
+            f"trial without a reward (0 in the score, harness_error): {', '.join(names)}",
         )
 
 

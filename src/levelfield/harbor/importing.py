@@ -36,17 +36,21 @@ from levelfield.errors import InputError
 from levelfield.harbor import layout
 from levelfield.harbor.beside import read_beside, with_beside
 from levelfield.harbor.flags import Flag, flag_submissions
-from levelfield.harbor.reasons import judge
+from levelfield.harbor.reasons import judge, unreadable_verdict
 from levelfield.harbor.trial_file import (
     RESULT_NAME,
     HarborTrial,
     JobSummary,
+    NotATrial,
     read_trial,
     seconds_between,
+    trial_prefix,
+    unreadable_trial,
 )
 from levelfield.plan import trial_key
 from levelfield.records import DEFAULT_WINDOW, Outcome, Reason, TrialRecord
 from levelfield.store import Row, Store, row_of
+from levelfield.tb1 import tb1_folders
 
 IMPORTED_POLICY = "imported"
 # An enum member's lookup and its `.value` cost, per trial: the records are written with the
@@ -78,6 +82,7 @@ class ImportResult:
     found: int = 0
     job_summaries: int = 0
     folders_skipped: tuple[str, ...] = ()
+    submissions_skipped: dict[str, str] = field(default_factory=dict)  # folder → why
 
 
 @dataclass(slots=True)
@@ -89,6 +94,8 @@ class _Tally:
     skipped: list[str] = field(default_factory=list)
     folders_skipped: list[str] = field(default_factory=list)
     outcome: Counter[str] = field(default_factory=Counter)  # "new", "already"
+    summary_dirs: set[str] = field(default_factory=set)  # folders of the job summaries
+    submissions_skipped: dict[str, str] = field(default_factory=dict)  # folder → why
 
 
 def import_harbor(
@@ -105,8 +112,19 @@ def import_harbor(
     tally = _Tally()
     with _without_cycle_collection():
         found = [t for p in paths for t in _read_path(Path(p), label, tally, on_progress)]
+        tb1 = [f for p in paths for f in tb1_folders(Path(p))]
         if not found:
-            raise InputError(f"{', '.join(map(str, paths))}: no Harbor trial result.json found")
+            where = ", ".join(map(str, paths))
+            if tb1:
+                raise InputError(
+                    f"{where}: no Harbor trial result.json found, but {len(tb1)} Terminal-Bench "
+                    f"1.x result folders (e.g. {tb1[0]}): use `levelfield import tb1 {where}`"
+                )
+            raise InputError(f"{where}: no Harbor trial result.json found")
+        tally.folders_skipped += [
+            f"{f}: a folder of Terminal-Bench 1.x results: use `levelfield import tb1`" for f in tb1
+        ]
+        found = _unreadable_tasks(found)
         by_label: dict[str, list[HarborTrial]] = defaultdict(list)
         jobs: dict[str, list[str]] = defaultdict(list)
         for item in found:
@@ -118,7 +136,7 @@ def import_harbor(
             run_id = meta.get("run_id") or _run_id(paths, by_label)
             stored = store.stored_keys()
             store.commit_rows(_new_rows(found, run_id, stored, tally))
-            store.set_meta(_meta(meta, run_id, paths, set(by_label), flags))
+            store.set_meta(_meta(meta, run_id, paths, set(by_label), flags, tally))
     return ImportResult(
         out,
         tally.outcome["new"],
@@ -129,6 +147,7 @@ def import_harbor(
         tally.found,
         tally.job_summaries,
         tuple(tally.folders_skipped),
+        dict(tally.submissions_skipped),
     )
 
 
@@ -189,10 +208,17 @@ def _read_path(
             trial = read_trial(trial_dir)
         except JobSummary:
             tally.job_summaries += 1
+            tally.summary_dirs.add(trial_dir)
             return None
-        except (OSError, ValueError) as exc:  # NotATrial is a ValueError that says why
+        except NotATrial as exc:
             tally.skipped.append(f"{os.path.join(trial_dir, RESULT_NAME)}: {exc}")
             return None
+        except (OSError, ValueError) as exc:  # json's errors are ValueErrors
+            why = f"{type(exc).__name__}: {exc}"
+            kept = unreadable_trial(trial_dir, why)
+            if kept is None:
+                tally.skipped.append(f"{os.path.join(trial_dir, RESULT_NAME)}: {why}")
+            return kept
         beside = read_beside(trial_dir, trial, subdirs)
         return trial if beside is None else dataclasses.replace(trial, beside=beside)
 
@@ -204,6 +230,8 @@ def _read_path(
         return []
     shape = layout.shape_of(found)
     layout.check_label_fits(shape, root, label)
+    for folder in layout.folders_without_trials(root, shape, found):
+        tally.submissions_skipped[folder] = _why_no_trials(folder, tally.summary_dirs)
     place_of = layout.placer(root, shape, label)
     labelled = []
     for f in found:
@@ -211,6 +239,66 @@ def _read_path(
         name = place.submission or _harbor_agent(f.trial)
         labelled.append(Labelled(f.trial, name, place.within, place.job))
     return labelled
+
+
+def _why_no_trials(folder: str, summary_dirs: set[str]) -> str:
+    """What a submission folder that gave no trial holds instead, in a few words."""
+    kinds: Counter[str] = Counter()
+    results = summaries = 0
+    for where, _, names in os.walk(folder):
+        for name in names:
+            if name == RESULT_NAME:
+                results += 1
+                summaries += where in summary_dirs
+            else:
+                kinds[os.path.splitext(name)[1] or name] += 1
+    if not results and not kinds:
+        return "an empty folder: no trial"
+    if results and results == summaries:
+        what = "a job's summary" if summaries == 1 else f"{summaries} job summaries"
+        return f"only {what}, no trial folder" + (f" (and {_kinds(kinds)})" if kinds else "")
+    if results:
+        return (
+            f"{results - summaries} result.json that are no trial's (skipped, each named above)"
+            + (f" and {_kinds(kinds)}" if kinds else "")
+        )
+    return f"no Harbor result.json: {_kinds(kinds)} of another format"
+
+
+def _kinds(kinds: Counter[str]) -> str:
+    total = kinds.total()
+    ordered = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))  # not the walk's order
+    shown = ", ".join(f"{kind} {n}" for kind, n in ordered[:4])
+    more = ", …" if len(kinds) > 4 else ""
+    return f"{total} file{'s' * (total != 1)} ({shown}{more})"
+
+
+def _unreadable_tasks(found: list[Labelled]) -> list[Labelled]:
+    """An unreadable trial's task is known only from its folder's name, whose task part Harbor
+    cuts at 32 characters: the full name of a task whose readable trials' folders (in the same
+    submission, else anywhere) share that part."""
+    if not any(item.trial.unreadable for item in found):
+        return found
+    own: dict[tuple[str, str], set[str]] = defaultdict(set)
+    anywhere: dict[str, set[str]] = defaultdict(set)
+    for item in found:
+        if item.trial.unreadable is None:
+            prefix = trial_prefix(item.trial.facts["trial_name"])
+            if prefix is not None:
+                own[(item.label, prefix)].add(item.trial.task)
+                anywhere[prefix].add(item.trial.task)
+    out = []
+    for item in found:
+        prefix = trial_prefix(item.trial.facts["trial_name"]) if item.trial.unreadable else None
+        tasks = own.get((item.label, prefix or "")) or anywhere.get(prefix or "") or set()
+        if len(tasks) == 1:
+            task = next(iter(tasks))
+            facts = {**item.trial.facts, "task_name": task}
+            item = dataclasses.replace(
+                item, trial=dataclasses.replace(item.trial, task=task, facts=facts)
+            )
+        out.append(item)
+    return out
 
 
 def _harbor_agent(trial: HarborTrial) -> str:
@@ -318,12 +406,16 @@ def _fields(
     with its submission and job; `started_at` its start as `_sortable` wrote it ("" unknown)."""
     trial = item.trial
     record = trial.beside.record if trial.beside is not None else None
-    verdict = judge(  # the one call of the one verdict function (outcome.decide) for this trial
-        facts["exception_type"],
-        facts["exception_message"],
-        trial.reward,
-        trial.reward_problem,
-        evidence=record.evidence if record is not None else None,
+    verdict = (
+        unreadable_verdict(trial.unreadable)
+        if trial.unreadable is not None
+        else judge(  # the one call of the one verdict function (outcome.decide) for this trial
+            facts["exception_type"],
+            facts["exception_message"],
+            trial.reward,
+            trial.reward_problem,
+            evidence=record.evidence if record is not None else None,
+        )
     )
     started = trial.started_at or trial.finished_at or datetime.now(UTC)
     finished = trial.finished_at or started
@@ -385,8 +477,12 @@ def _meta(
     paths: Sequence[Path],
     labels: set[str],
     flags: dict[str, list[Flag]],
+    tally: _Tally,
 ) -> dict[str, Any]:
-    """The flags of the submissions imported now replace theirs; others' stay."""
+    """The flags of the submissions imported now replace theirs; others' stay. What this import
+    did not read (submission folders without a trial, files and folders skipped) is kept too,
+    so that the leaderboard can say it: the last import's, beside the folders still without a
+    trial from earlier ones."""
     new_sources = [str(Path(p).resolve()) for p in paths]
     sources = list(dict.fromkeys([*meta.get("sources", []), *new_sources]))
     return {
@@ -401,5 +497,17 @@ def _meta(
         "import_flags": {
             **{k: v for k, v in meta.get("import_flags", {}).items() if k not in labels},
             **{k: [f.to_json() for f in v] for k, v in flags.items()},
+        },
+        "import_skipped": {
+            "submissions": {
+                **{
+                    k: v
+                    for k, v in meta.get("import_skipped", {}).get("submissions", {}).items()
+                    if os.path.basename(k) not in labels
+                },
+                **tally.submissions_skipped,
+            },
+            "files": list(tally.skipped),
+            "folders": list(tally.folders_skipped),
         },
     }

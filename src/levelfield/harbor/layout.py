@@ -19,13 +19,13 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Generic, TypeVar
 
 from levelfield.errors import InputError
-from levelfield.harbor.trial_file import RESULT_NAME
+from levelfield.harbor.trial_file import RESULT_NAME, trial_prefix
 
 T = TypeVar("T")
 
@@ -59,14 +59,52 @@ def walk_trials(
     A symlinked folder is followed, after the real folders, and its trials are placed by the
     link's path (a leaderboard's `Sub -> /elsewhere/Sub` is the submission `Sub`). One that
     leads to a folder read already (a second name for it, a loop) is not read twice, and
-    `skip(path, why)` is told, as it is of a folder that cannot be listed and a broken link."""
+    `skip(path, why)` is told, as it is of a folder that cannot be listed and a broken link.
+    A symlinked result.json is read last, and only if it leads to a file not read already."""
     top = os.fspath(root).rstrip(os.sep) or os.sep
     seen: set[tuple[int, int]] = set()
     links: list[tuple[str, tuple[str, ...]]] = []
-    yield from _walk(top, (), read, skip, seen, links)
+    files = _Files()
+    yield from _walk(top, (), read, skip, seen, links, files)
     while links:
         path, parts = links.pop(0)
-        yield from _walk(path, parts, read, skip, seen, links)
+        yield from _walk(path, parts, read, skip, seen, links, files)
+    yield from _linked_results(files, read, skip)
+
+
+@dataclass(slots=True)
+class _Files:
+    """The result.json files read (device, inode), and the trial folders whose result.json is
+    a symlink, read after every real file so that a link to another trial's file is found out
+    whichever comes first in name order."""
+
+    read: set[tuple[int, int]] = field(default_factory=set)
+    linked: list[tuple[str, tuple[str, ...], list[str]]] = field(default_factory=list)
+
+
+def _linked_results(
+    files: _Files,
+    read: Callable[[str, list[str]], T | None],
+    skip: Callable[[str, str], None],
+) -> Iterator[Found[T]]:
+    """A symlinked result.json is read as a trial only when it leads to a file not read yet
+    (a trial whose file lives elsewhere); one that leads to a trial's file read already would
+    count that trial twice, and is named instead. A broken link is read: that says why."""
+    for path, where, subdirs in files.linked:
+        result = os.path.join(path, RESULT_NAME)
+        try:
+            info = os.stat(result)
+        except OSError:
+            info = None
+        if info is not None and (info.st_dev, info.st_ino) in files.read:
+            skip(path, f"its result.json is a symlink to {os.path.realpath(result)}, a trial's "
+                 "file read already: not a second trial")  # fmt: skip
+            continue
+        if info is not None:
+            files.read.add((info.st_dev, info.st_ino))
+        trial = read(path, subdirs)
+        if trial is not None:
+            yield Found(where, trial)
 
 
 def _walk(
@@ -76,6 +114,7 @@ def _walk(
     skip: Callable[[str, str], None],
     seen: set[tuple[int, int]],
     links: list[tuple[str, tuple[str, ...]]],
+    files: _Files,
 ) -> Iterator[Found[T]]:
     """Depth first in name order; symlinked folders met are appended to `links`."""
     try:
@@ -101,10 +140,11 @@ def _walk(
         except OSError as exc:
             skip(path, f"a folder that cannot be listed: {exc.strerror}")
             continue
-        has_result, folders, linked = False, [], []
+        result: os.DirEntry[str] | None = None
+        folders, linked = [], []
         for entry in entries:
             if entry.name == RESULT_NAME and not entry.is_dir():
-                has_result = True  # a broken link too: reading it says why it fails
+                result = entry  # a broken link too: reading it says why it fails
             elif entry.is_symlink():
                 if entry.is_dir():
                     linked.append((entry.path, (*where, entry.name)))
@@ -113,9 +153,13 @@ def _walk(
             elif entry.is_dir(follow_symlinks=False):
                 folders.append(entry)
         folders.sort(key=lambda e: e.name)
-        if has_result:
+        if result is not None and result.is_symlink() and trial_prefix(os.path.basename(path)):
+            files.linked.append((path, where, [e.name for e in folders]))
+            continue  # a trial's folder: nothing below it is read
+        if result is not None:
             trial = read(path, [e.name for e in folders])
             if trial is not None:
+                files.read.add((device, result.inode()))
                 yield Found(where, trial)
                 continue
         links.extend(sorted(linked))
@@ -140,6 +184,29 @@ def shape_of(found: list[Found[T]]) -> Shape:
     if depth == 2:
         return Shape(Kind.SUBMISSION)
     return Shape(Kind.LEADERBOARD, depth - 3)
+
+
+def folders_without_trials(root: Path, shape: Shape, found: list[Found[T]]) -> list[str]:
+    """In a leaderboard, the folders beside its submissions (at the level its submissions lie
+    at, under the same parents) from which no trial was read, in name order: each is named by
+    the import with why, never left out unsaid."""
+    if shape.kind is not Kind.LEADERBOARD:
+        return []
+    level = shape.submission_level
+    held: dict[tuple[str, ...], set[str]] = {}
+    for f in found:
+        if len(f.parts) > level + 1:
+            held.setdefault(f.parts[:level], set()).add(f.parts[level])
+    out = []
+    for parent, names in sorted(held.items()):
+        folder = os.path.join(os.fspath(root), *parent)
+        try:
+            with os.scandir(folder) as listing:
+                others = sorted(e.name for e in listing if e.is_dir() and e.name not in names)
+        except OSError:
+            continue  # read above: a folder that cannot be listed was named then
+        out.extend(os.path.join(folder, name) for name in others)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

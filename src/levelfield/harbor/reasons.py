@@ -14,7 +14,7 @@ from typing import Final
 from levelfield.outcome import IMPORTED_NOTE, RULES, Imported, PhaseLog, decide, outcome_of
 from levelfield.records import Evidence, Outcome, Reason
 
-__all__ = ["IMPORTED_NOTE", "RULES", "Verdict", "judge"]
+__all__ = ["IMPORTED_NOTE", "RULES", "UNREADABLE", "Verdict", "judge", "unreadable_verdict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,22 @@ def judge(
     decided = decide(log)
     return Verdict(decided.reason, decided.notes)
 
+
+def unreadable_verdict(why: str) -> Verdict:
+    """A trial that ran but whose result.json cannot be read (truncated, invalid): Harbor's own
+    record of it is broken, so it is the harness's failure, an infra error. The score counts it
+    as a trial without a reward (0, the leaderboard's convention), the clean score leaves it out."""
+    return Verdict(
+        Reason.HARNESS_ERROR,
+        (
+            f"{UNREADABLE}: {why}: the trial ran (its folder is a trial's) but its result "
+            "cannot be read, so it has no reward: 0 in the score, an infra error "
+            "(harness_error) in the clean score",
+        ),
+    )
+
+
+UNREADABLE = "unreadable result.json"
 
 # Trials with no exception and a usable reward of 0 or 1 (or none): most of a leaderboard,
 # decided once rather than per trial.

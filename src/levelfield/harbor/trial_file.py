@@ -65,6 +65,7 @@ class HarborTrial:
     facts: dict[str, Any]
     beside: Any = None  # beside.Beside: what the folder holds beside result.json
     reward_problem: str | None = None  # why verifier_result.rewards is not a reward
+    unreadable: str | None = None  # why result.json of a trial that ran cannot be read
 
     @property
     def exception_type(self) -> str | None:
@@ -90,6 +91,41 @@ def read_trial(trial_dir: str) -> HarborTrial:
         facts=_facts(fields, rewards if problem is None else None),
         reward_problem=problem,
     )
+
+
+# Harbor names a trial's folder `<task name, at most 32 characters>__<short id>`.
+_TRIAL_FOLDER = re.compile(r"^(?P<task>.+)__(?P<id>[A-Za-z0-9]+)$")
+
+
+def unreadable_trial(trial_dir: str, why: str) -> HarborTrial | None:
+    """A trial folder (named as Harbor names one) whose result.json cannot be read: the trial
+    ran, so it is kept as a trial without a reward, its task taken from the folder's name
+    (the import puts the full name back where another trial's folder shares the prefix).
+    None for any other folder: its file is skipped with the reason."""
+    name = os.path.basename(trial_dir)
+    match = _TRIAL_FOLDER.match(name)
+    if match is None:
+        return None
+    try:
+        finished = datetime.fromtimestamp(os.stat(os.path.join(trial_dir, RESULT_NAME)).st_mtime)
+    except OSError:
+        finished = None
+    prefix = match["task"]
+    facts = _facts({"trial_name": name, "task_name": prefix}, None)
+    return HarborTrial(
+        task=normalise_task(prefix),
+        reward=None,
+        started_at=None,
+        finished_at=finished.astimezone() if finished else None,
+        facts=facts,
+        unreadable=why,
+    )
+
+
+def trial_prefix(trial_name: str) -> str | None:
+    """The task part of a trial folder's name as Harbor writes it; None for another name."""
+    match = _TRIAL_FOLDER.match(trial_name)
+    return match["task"] if match else None
 
 
 def fields_of(data: Any) -> dict[str, Any]:

@@ -10,6 +10,9 @@ too, named "unclassified": a trial is booked against the agent only for what the
 
 The graded reward decides whenever there is one: an agent that timed out but whose tests pass has
 passed (its timeout stays a fact of the trial), as the leaderboard and levelfield's runner count it.
+Only a failing reward beside an exception no row knows does not: whether that exception made the
+tests fail is unknown, so the trial stays an unclassified infra error, as its note says, and the
+leaderboard's † table shows the clean score were it the agent's.
 A reward that is not a number in [0, 1] (trial_file.checked_reward) is no reward: a trial with
 nothing else to say is the grader's failure, `verifier_error`, never a pass.
 
@@ -192,9 +195,16 @@ def imported_reason(
             "did is booked against it)"
         )
     notes = [IMPORTED_NOTE, why, f"message: {(message or '')[:EVIDENCE_CHARS]}", *checked]
-    if reward is not None and (of_reward is Reason.TESTS_PASSED or reason not in failed):
+    passed = of_reward is Reason.TESTS_PASSED
+    if reward is not None and (passed or (rule is not None and reason not in failed)):
         notes.append(f"graded reward {reward:g} decides; the {kind} is kept")
         if rule is None:
             notes[1] = notes[1].removeprefix(f"{UNCLASSIFIED}: ")
         reason = of_reward
+    elif reward is not None and rule is None:
+        notes.append(
+            f"graded reward {reward:g} does not decide: nobody knows whether the {kind} "
+            "caused the failure, so the trial stays an unclassified infra error (the "
+            "leaderboard's † table gives the clean score were it the agent's)"
+        )
     return reason, tuple(notes)

@@ -14,6 +14,8 @@ from rich.table import Table
 from levelfield.analysis import jsonable
 from levelfield.analysis.standings import Entry, Gap, Leaderboard
 from levelfield.report import _format as f
+from levelfield.report import board_entries as be
+from levelfield.report import board_tasks as bt
 
 HEADER = (
     "rank",
@@ -98,6 +100,7 @@ def findings(board: Leaderboard) -> list[str]:
     lines = [
         f"Could #1 be someone else? {len(first)} of {len(board.entries)} entries could be #1 "
         f"({level} % simultaneous rank sets): {', '.join(first)}.",
+        bt.first_sentence(board),
         f"Of the {board.top - 1} adjacent gaps in the top {board.top}, {told} "
         f"{'is' if told == 1 else 'are'} distinguishable (paired by task, sign-flip p, Holm over "
         f"the {_family(board)} comparisons with the next entry and with #1).",
@@ -141,7 +144,19 @@ def findings(board: Leaderboard) -> list[str]:
             "import's table knows their exception. Counted as the agent's failures, their clean "
             f"ranks would be: {shown}" + (" …" if len(resting) > 6 else ".")
         )
+    lines.extend(bt.task_sentences(board))
+    lines.extend(be.profile_sentences(board))
     lines.extend(_flag_sentences(board))
+    if board.not_ranked:
+        n = len(board.not_ranked)
+        shown = "; ".join(
+            f"{name.rstrip('/').rpartition('/')[2]} ({why})"
+            for name, why in sorted(board.not_ranked.items())
+        )
+        lines.append(
+            f"Not ranked: {n} submission folder{'s' * (n != 1)} of the imported leaderboard "
+            f"{'hold' if n != 1 else 'holds'} no trial that could be read: {shown}."
+        )
     if any(p.name != "unknown" for p in board.providers):
         lines.append(_provider_sentence(board))
     lines.extend(f"Not paired: {note}." for note in board.unpaired)
@@ -149,19 +164,28 @@ def findings(board: Leaderboard) -> list[str]:
 
 
 # Import flags that change what an entry's figures mean (harbor/flags.py), said beside them.
-BEARING_FLAGS = ("copied_attempts", "invalid_rewards", "duplicate_outcomes")
+BEARING_FLAGS = ("copied_attempts", "invalid_rewards", "duplicate_outcomes", "unreadable_trials")
 
 
 def _flag_sentences(board: Leaderboard) -> list[str]:
-    flags = board.info.get("import_flags") or {}
-    shown = {e.label for e in board.entries}
     return [
-        f"Flag on {label}: {flag['kind']}: {flag['detail'].rstrip('.')}."
-        for label, found in sorted(flags.items())
-        if label in shown
-        for flag in found
-        if flag.get("kind") in BEARING_FLAGS
+        f"Flag on {label}: {kind}: {detail.rstrip('.')}."
+        for label, kind, detail in flag_rows(board)
+        if kind in BEARING_FLAGS
     ]
+
+
+def flag_rows(board: Leaderboard) -> list[tuple[str, str, str]]:
+    """Every flag the import raised, per ranked entry, in rank order: what a reader of each
+    score should know (harbor/flags.py)."""
+    return [
+        (e.label, str(flag.get("kind", "")), str(flag.get("detail", "")))
+        for e in board.entries
+        for flag in e.flags
+    ]
+
+
+FLAGS_TITLE = "Import flags, every one per entry (the score still counts every trial)"
 
 
 def _family(board: Leaderboard) -> int:
@@ -248,6 +272,16 @@ def show_leaderboard(board: Leaderboard, console: Console | None = None) -> None
         for row in infra:
             kinds.add_row(*(escape(cell) for cell in row))
         console.print(kinds)
+    flagged = flag_rows(board)
+    if flagged:
+        table = Table(title=FLAGS_TITLE)
+        for name in ("entry", "flag", "detail"):
+            table.add_column(name)
+        for row in flagged:
+            table.add_row(*(escape(cell) for cell in row))
+        console.print(table)
+    _print_table(console, be.ENTRIES_TITLE, be.ENTRIES_HEADER, be.entry_rows(board))
+    _print_table(console, bt.TASKS_TITLE, bt.TASKS_HEADER, bt.task_rows(board))
     resting = unclassified_rows(board)
     if resting:
         table = Table(title=f"† Clean scores resting on unclassified exceptions ({INFRA_UNIT})")
@@ -256,6 +290,18 @@ def show_leaderboard(board: Leaderboard, console: Console | None = None) -> None
         for row in resting:
             table.add_row(*(escape(cell) for cell in row))
         console.print(table)
+
+
+def _print_table(
+    console: Console, title: str, header: tuple[str, ...], body: list[tuple[str, ...]]
+) -> None:
+    table = Table(title=title)
+    for name in header:
+        left = name in ("task", "decides", "entry", "agent", "model")
+        table.add_column(name, justify="left" if left else "right")
+    for row in body:
+        table.add_row(*(escape(cell) for cell in row))
+    console.print(table)
 
 
 INFRA_UNIT = "points: the mean over tasks of each task's share of trials, as the score"
@@ -284,6 +330,16 @@ def details_markdown(board: Leaderboard) -> str:
         lines += ["", f"† Clean scores resting on unclassified exceptions ({INFRA_UNIT}):", ""]
         lines += ["| " + " | ".join(UNCLASSIFIED_HEADER) + " |", "|---|--:|--:|--:|"]
         lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in resting]
+    flagged = flag_rows(board)
+    if flagged:
+        lines += ["", f"{FLAGS_TITLE}:", "", "| entry | flag | detail |", "|---|---|---|"]
+        lines += [f"| {_md(a)} | {_md(b)} | {_md(c)} |" for a, b, c in flagged]
+    lines += ["", f"{be.ENTRIES_TITLE}:", "", "| " + " | ".join(be.ENTRIES_HEADER) + " |"]
+    lines += ["|---|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+    lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in be.entry_rows(board)]
+    lines += ["", f"{bt.TASKS_TITLE}:", "", "| " + " | ".join(bt.TASKS_HEADER) + " |"]
+    lines += ["|---|--:|--:|--:|--:|---|"]
+    lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in bt.task_rows(board)]
     return "\n".join(lines) + "\n"
 
 

@@ -27,7 +27,9 @@ CSS = """
 body{max-width:1500px}table.board{font-size:12px}table.board td,table.board th{padding:.15rem
 .4rem;white-space:normal}table.board td:nth-child(2){text-align:left;overflow-wrap:anywhere;
 min-width:8rem;max-width:16rem}table.board th:nth-child(2){text-align:left}table.board .ci{
-white-space:nowrap}table.board th{vertical-align:bottom}
+white-space:nowrap}table.board th{vertical-align:bottom}table:not(.board) td:is(
+:first-child,:nth-child(3),:last-child){white-space:normal;text-align:left}table:not(.board)
+td:first-child{overflow-wrap:anywhere;max-width:16rem}
 """
 
 
