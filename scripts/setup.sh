@@ -38,7 +38,7 @@ install_packages() {
 install_venv() {
   [ -x .venv/bin/python ] || python3 -m venv .venv
   local extras=""
-  [ "$profile" = test ] && extras="[dev,oci,ray,agents,inspect]"
+  [ "$profile" = test ] && extras="[dev,oci,ray,agents,inspect,docs]"
   .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras}"
 }
 phase "setup: Debian packages" install_packages

@@ -1,15 +1,15 @@
 """A campaign: the same sweep run again as a new time window at each slot of a schedule.
 
-The study behind DESIGN.md recommends running at several times of day and on several days, since
-API latency, cluster health and bandwidth move with them. A campaign of N windows every P runs the
-sweep at start, start + P, ... start + (N−1)·P, each under the label `<UTC date>T<hour>` of its
+The study behind docs/design.md recommends running at several times of day and on several days,
+since API latency, cluster health and bandwidth move with them. A campaign of N windows every P runs
+the sweep at start, start + P, ... start + (N−1)·P, each under the label `<UTC date>T<hour>` of its
 slot, with the same plan and order seed, and sleeps in between. Its schedule lives in
 `RUN/campaign.json` (written atomically after every change): run the same command again after a
-crash, a reboot or kill -9 and it picks the schedule up where it stood. A window is marked
-`started` before its first trial and `done` after its last; a started window is resumed (the store
-skips its finished trials), a done one is never run again. A slot that passed while nothing ran
-is run late within `late_grace_s`, and marked `missed` after that, so the windows stay at their
-times instead of bunching up after an outage.
+crash, a reboot or kill -9 and it picks the schedule up where it stood. A window is marked `started`
+before its first trial and `done` after its last; a started window is resumed (the store skips its
+finished trials), a done one is never run again. A slot that passed while nothing ran is run late
+within `late_grace_s`, and marked `missed` after that, so the windows stay at their times instead of
+bunching up after an outage.
 
 `once` runs only the slot due now (for a systemd timer or cron entry that does the waiting).
 `time_scale` compresses the clock for tests: 3600 makes a virtual hour last one real second.

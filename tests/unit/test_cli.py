@@ -1,6 +1,10 @@
 import subprocess
 import sys
+from typing import Any
 
+import pytest
+import typer
+import typer.core
 from typer.testing import CliRunner
 
 import levelfield
@@ -46,6 +50,51 @@ def test_help_explains_the_verbs() -> None:
     assert "resume" in run_help and "headroom" in run_help
     for option in ("--agent-version", "--agent-env", "CLI agent: sandbox", "--disclose-limits"):
         assert option in run_help  # rich may shorten the longer option names
+
+
+def _option(command: str, name: str) -> Any:
+    """The parameter behind `levelfield COMMAND NAME`, as typer builds it for the CLI."""
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    params = group.commands[command].params
+    return next((p for p in params if name in p.opts), None)
+
+
+# A campaign is a sweep on a schedule: it takes the sweep's options, and run's --task.
+CAMPAIGN_SHARES = {
+    "dataset": ("run", "sweep"),
+    "--out": ("run", "sweep"),
+    "--agents": ("sweep",),
+    "--policies": ("sweep",),
+    "--repeats": ("run", "sweep"),
+    "--concurrency": ("run", "sweep"),
+    "--seed": ("run", "sweep"),
+    "--backend": ("run", "sweep"),
+    "--image": ("run", "sweep"),
+    "--uv-shim": ("run", "sweep"),
+    "--task": ("run",),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CAMPAIGN_SHARES))
+def test_campaign_spells_and_explains_an_option_as_run_and_sweep_do(name: str) -> None:
+    mine = _option("campaign", name)
+    assert mine is not None, f"campaign has no {name}"
+    for other in CAMPAIGN_SHARES[name]:
+        theirs = _option(other, name)
+        assert theirs is not None, f"{other} has no {name}"
+        assert (mine.opts, mine.secondary_opts) == (theirs.opts, theirs.secondary_opts), other
+        assert getattr(mine, "help", None) == getattr(theirs, "help", None), other
+        assert mine.multiple == theirs.multiple and mine.required == theirs.required, other
+    # the sweep's default where the sweep has the option (--repeats 3), else run's
+    assert mine.default == _option(CAMPAIGN_SHARES[name][-1], name).default
+
+
+def test_every_running_command_picks_its_backend_per_task_by_default() -> None:
+    for command in ("run", "sweep", "campaign"):
+        assert _option(command, "--backend").default == "auto", command
+    shown = runner.invoke(app, ["campaign", "--help"], env={"COLUMNS": "200"}).output
+    assert "[default: auto]" in shown.split("--backend", 1)[1].split("--image", 1)[0]
 
 
 def _levelfield(*args: str) -> subprocess.CompletedProcess[str]:

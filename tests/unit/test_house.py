@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,44 +129,54 @@ def packages() -> tuple[str, ...]:
     return tuple(sorted(name for name, path in modules().items() if path.name == "__init__.py"))
 
 
-def family(module: str) -> str:
-    """`levelfield.sandbox.trees` → `levelfield.sandbox`: the folder a module lives in under the
-    package (its family; a folder's own `__init__` is of it too), or the package itself for a
-    top-level module."""
-    parts = module.split(".")
-    folder = ".".join(parts[:2])
-    return folder if len(parts) > 2 or folder in packages() else parts[0]
+def private_owner(name: str) -> str | None:
+    """The package a private module or name belongs to: the one holding its first `_` part.
+    `levelfield.sandbox.oci._engine` → `levelfield.sandbox.oci`; `levelfield.executor.runs._go`
+    (a private name of a module) → `levelfield.executor`. None for a public name."""
+    parts = name.split(".")
+    for i, part in enumerate(parts[1:], start=1):
+        if part.startswith("_") and not part.startswith("__"):
+            holder = ".".join(parts[:i])
+            return holder if holder in packages() else holder.rpartition(".")[0]
+    return None
 
 
-def is_private(module: str) -> bool:
-    return any(part.startswith("_") and part != "__init__" for part in module.split(".")[1:])
-
-
-def foreign_private_imports(graph: dict[str, set[str]]) -> list[str]:
-    """Imports of a private module (an `_` in its path) from outside its family. A top-level
-    private module (`levelfield._lazy`) is the package's own, shared by every family."""
+def foreign_private_imports(imports: dict[str, set[str]]) -> list[str]:
+    """Imports of a private module or name from outside the package that holds it (its own
+    subpackages are inside: `sandbox/oci/` may use `sandbox/_netns.py`, `sandbox/auto.py` may not
+    use `sandbox/oci/_engine.py`). What one package needs of another is public there. A top-level
+    private module (`levelfield._lazy`) is the package's own, shared by every folder."""
     found = []
-    for importer, targets in graph.items():
+    for importer, targets in imports.items():
         for target in targets:
-            owner = family(target)
-            if is_private(target) and owner != "levelfield" and family(importer) != owner:
+            owner = private_owner(target) if target.startswith("levelfield.") else None
+            if owner in (None, "levelfield"):
+                continue
+            if importer != owner and not importer.startswith(f"{owner}."):
                 found.append(f"{importer} → {target}")
     return sorted(found)
 
 
-def test_no_family_reaches_into_another_family_s_private_modules() -> None:
-    assert foreign_private_imports(import_graph()) == []
+def test_no_package_reaches_into_another_package_s_private_modules() -> None:
+    imports = {name: set(imported_names(name, path)) for name, path in modules().items()}
+    assert foreign_private_imports(imports) == []
 
 
 def test_the_private_import_check_sees_one() -> None:
-    graph = {
+    imports = {
         "levelfield.verifier": {"levelfield.sandbox._tree"},
         "levelfield.sandbox.process": {"levelfield.sandbox._tree"},
+        "levelfield.sandbox.oci": {"levelfield.sandbox._netns.attach"},
+        "levelfield.sandbox.auto": {"levelfield.sandbox.oci._engine.engine_report"},
+        "levelfield.cli.running": {"levelfield.executor.runs._resolve"},
+        "levelfield.executor.local": {"levelfield.executor.runs._resolve"},
         "levelfield.analysis.estimators": {"levelfield._lazy"},
     }
-    assert foreign_private_imports(graph) == ["levelfield.verifier → levelfield.sandbox._tree"]
-
-
+    assert foreign_private_imports(imports) == [
+        "levelfield.cli.running → levelfield.executor.runs._resolve",
+        "levelfield.sandbox.auto → levelfield.sandbox.oci._engine.engine_report",
+        "levelfield.verifier → levelfield.sandbox._tree",
+    ]
 
 
 def test_a_public_name_is_the_same_object_however_it_is_reached() -> None:
@@ -188,3 +199,28 @@ def test_a_public_name_is_the_same_object_however_it_is_reached() -> None:
                     continue
         differ += [f"{name}.{n}" for n in exported if getattr(package, n) is not before[n]]
     assert differ == []
+
+
+# Markdown files a task carries (the task format's own), not files of this repository.
+TASK_FORMAT_DOCUMENTS = {"instruction.md"}
+
+
+def cited_documents(text: str) -> set[str]:
+    """The repository documents a module's text names: relative `.md` paths that are not a
+    task's own files (a path in the sandbox, `/logs/agent/instruction.md`, is absolute)."""
+    names = re.findall(r"(?<![\w./-])([\w.-][\w./-]*\w\.md)\b", text)
+    return {n for n in names if Path(n).name not in TASK_FORMAT_DOCUMENTS}
+
+
+def test_every_document_a_module_cites_is_in_the_repository() -> None:
+    root = PACKAGE.parent.parent
+    missing = {
+        name: sorted(n for n in cited_documents(path.read_text()) if not (root / n).exists())
+        for name, path in modules().items()
+    }
+    assert {name: docs for name, docs in missing.items() if docs} == {}
+
+
+def test_the_citation_check_sees_a_missing_document() -> None:
+    text = 'The study behind DESIGN.md ("Statistics"); /logs/agent/instruction.md; docs/design.md'
+    assert cited_documents(text) == {"DESIGN.md", "docs/design.md"}

@@ -1,4 +1,4 @@
-"""Trial table → scores with their noise bands (DESIGN.md "Statistics").
+"""Trial table → scores with their noise bands (docs/design.md "Statistics").
 
 Works on any pandas DataFrame with columns `task, agent, policy, repeat, status` (status in
 passed | failed | infra_error) plus the optional telemetry columns, so results from any harness can

@@ -21,7 +21,7 @@ from levelfield.records import DEFAULT_WINDOW
 REQUIRED = ("task", "agent", "policy", "repeat", "status")
 STATUSES = frozenset({"passed", "failed", "infra_error"})
 IDENTITY = ("run", "agent", "policy", "window", "limits_disclosed")
-# Harness presets (DESIGN.md "policy"), used to order policies when no ceiling column says how.
+# Harness presets (docs/design.md "policy"), used to order policies when no ceiling column says how.
 PRESET_RANK = {"strict": 0, "headroom": 1, "uncapped": 2}
 
 

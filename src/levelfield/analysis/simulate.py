@@ -1,8 +1,8 @@
 """Seeded synthetic sweeps with a known truth, in the tidy-table shape.
 
 For checking estimators (does the CI cover the true rate?), for the benchmark, and for planning a
-sweep before paying for it. The model follows DESIGN.md's story: each task has a difficulty and a
-memory need (a multiple of its spec); on each trial the agent may pick a heavier strategy that
+sweep before paying for it. The model follows docs/design.md's story: each task has a difficulty and
+a memory need (a multiple of its spec); on each trial the agent may pick a heavier strategy that
 solves more but needs HEAVY_FACTOR times the memory; a trial whose peak exceeds the policy's memory
 ceiling is OOM-killed (an infra error), and a small share of trials die of the sandbox regardless.
 Tightening the ceiling therefore both adds infra errors and removes the heavy strategy.

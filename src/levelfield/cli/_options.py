@@ -42,6 +42,25 @@ DISCLOSE_HELP = (
     "the instruction): off, on, or both (a factor of the design, compared paired by task)."
 )
 
+# The options `run`, `sweep` and `campaign` share: one spelling, one help text, each command its
+# own default where its use differs (a run is one trial per cell, a sweep three).
+Out = Annotated[Path, typer.Option(help="Run directory; the same command resumes it.")]
+Agents = Annotated[str, typer.Option(help="Comma-separated agents, e.g. oracle,replay:lean.")]
+Policies = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated policies; a bare multiplier is floor 1x, ceiling that multiple "
+        "(3x = headroom)."
+    ),
+]
+Repeats = Annotated[int, typer.Option(min=1, help="Trials per task and configuration.")]
+Concurrency = Annotated[int, typer.Option(min=1, help="Trials in flight at once.")]
+OrderSeed = Annotated[int, typer.Option(help="Seed of the interleaved trial order.")]
+Backend = Annotated[str, typer.Option(help=BACKEND_HELP)]
+Image = Annotated[str, typer.Option(help=IMAGE_HELP)]
+UvShim = Annotated[bool, typer.Option(help=UV_SHIM_HELP)]
+Tasks = Annotated[list[str] | None, typer.Option("--task", help="Only this task (repeatable).")]
+
 TargetCi = Annotated[
     str | None,
     typer.Option(

@@ -24,21 +24,28 @@ from levelfield.campaign import (
 from levelfield.cli._console import bad_input, console, err, load_run_dir, show_adaptive_sections
 from levelfield.cli._execute import execute, execute_adaptive, stop_on_sigterm
 from levelfield.cli._options import (
-    BACKEND_HELP,
     DISCLOSE_HELP,
     EXECUTOR_HELP,
-    IMAGE_HELP,
     INSTALL_MODE_HELP,
     RAY_ADDRESS_HELP,
-    UV_SHIM_HELP,
+    Agents,
+    Backend,
+    Concurrency,
     Dataset,
+    Image,
     MaxCost,
     MaxTokens,
     MaxTrials,
+    OrderSeed,
+    Out,
     PilotRepeats,
+    Policies,
     Prices,
+    Repeats,
     Target,
     TargetCi,
+    Tasks,
+    UvShim,
     choice,
     key_values,
 )
@@ -50,7 +57,7 @@ PRINT_FLAGS = ("--print-systemd-timer", "--print-cron", "--once")
 
 def run(
     dataset: Dataset,
-    out: Annotated[Path, typer.Option(help="Run directory; the same command resumes it.")],
+    out: Out,
     agent: Annotated[
         list[str] | None,
         typer.Option(
@@ -73,16 +80,16 @@ def run(
         str | None,
         typer.Option(help="Ceiling on every resource; none = uncapped; alone: floor 1x."),
     ] = None,
-    repeats: Annotated[int, typer.Option(min=1, help="Trials per task, agent and policy.")] = 1,
-    concurrency: Annotated[int, typer.Option(min=1, help="Trials in flight at once.")] = 1,
-    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "auto",
-    image: Annotated[str, typer.Option(help=IMAGE_HELP)] = "auto",
-    uv_shim: Annotated[bool, typer.Option(help=UV_SHIM_HELP)] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the interleaved trial order.")] = 0,
+    repeats: Repeats = 1,
+    concurrency: Concurrency = 1,
+    backend: Backend = "auto",
+    image: Image = "auto",
+    uv_shim: UvShim = False,
+    seed: OrderSeed = 0,
     window: Annotated[
         str, typer.Option(help="Label of this invocation's time window.")
     ] = "default",
-    task: Annotated[list[str] | None, typer.Option(help="Only this task (repeatable).")] = None,
+    task: Tasks = None,
     model: Annotated[
         str | None, typer.Option(help="Model for terminal, claude-code, codex, gemini-cli.")
     ] = None,
@@ -191,19 +198,11 @@ def run(
 
 def sweep(
     dataset: Dataset,
-    out: Annotated[Path, typer.Option(help="Run directory; rerun to resume or add a window.")],
-    agents: Annotated[
-        str, typer.Option(help="Comma-separated agents, e.g. oracle,replay:lean.")
-    ] = "oracle",
-    policies: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated policies; a bare multiplier is floor 1x, ceiling that multiple "
-            "(3x = headroom)."
-        ),
-    ] = "strict,3x,uncapped",
-    repeats: Annotated[int, typer.Option(min=1, help="Trials per task and configuration.")] = 3,
-    concurrency: Annotated[int, typer.Option(min=1, help="Trials in flight at once.")] = 1,
+    out: Out,
+    agents: Agents = "oracle",
+    policies: Policies = "strict,3x,uncapped",
+    repeats: Repeats = 3,
+    concurrency: Concurrency = 1,
     concurrency_levels: Annotated[
         str | None, typer.Option(help="Trials in flight as a factor of the design, e.g. 1,2.")
     ] = None,
@@ -214,10 +213,10 @@ def sweep(
             "under a new label adds a window."
         ),
     ] = "default",
-    seed: Annotated[int, typer.Option(help="Seed of the interleaved order.")] = 0,
-    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "auto",
-    image: Annotated[str, typer.Option(help=IMAGE_HELP)] = "auto",
-    uv_shim: Annotated[bool, typer.Option(help=UV_SHIM_HELP)] = False,
+    seed: OrderSeed = 0,
+    backend: Backend = "auto",
+    image: Image = "auto",
+    uv_shim: UvShim = False,
     html: Annotated[Path | None, typer.Option(help="Also write the HTML report here.")] = None,
     report: Annotated[bool, typer.Option(help="Print the report when done.")] = True,
     executor: Annotated[str, typer.Option(help=EXECUTOR_HELP)] = "local",
@@ -289,17 +288,19 @@ def _report_sweep(out: Path, html: Path | None, *, show: bool, seed: int) -> Non
 
 
 def campaign(
-    dataset: Annotated[Path, typer.Argument(help="Directory of Harbor-format tasks.")],
-    out: Annotated[Path, typer.Option(help="Run directory; the same command resumes it.")],
+    dataset: Dataset,
+    out: Out,
     every: Annotated[str, typer.Option(help="Time between windows: 6h, 12h, 1d (≥ 1h).")] = "6h",
     windows: Annotated[int, typer.Option(min=1, help="How many windows in all.")] = 8,
-    agents: Annotated[str, typer.Option(help="Comma-separated agents.")] = "oracle",
-    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = "strict,3x,uncapped",
-    repeats: Annotated[int, typer.Option(min=1, help="Trials per task and configuration.")] = 3,
-    concurrency: Annotated[int, typer.Option(min=1, help="Trials in flight at once.")] = 1,
-    seed: Annotated[int, typer.Option(help="Seed of the interleaved order (every window).")] = 0,
-    backend: Annotated[str, typer.Option(help="process or oci.")] = "process",
-    task: Annotated[list[str] | None, typer.Option(help="Only this task (repeatable).")] = None,
+    agents: Agents = "oracle",
+    policies: Policies = "strict,3x,uncapped",
+    repeats: Repeats = 3,
+    concurrency: Concurrency = 1,
+    seed: OrderSeed = 0,
+    backend: Backend = "auto",
+    image: Image = "auto",
+    uv_shim: UvShim = False,
+    task: Tasks = None,
     late_grace: Annotated[
         str | None,
         typer.Option(help="Run a slot that passed while nothing ran up to this late (default: "
@@ -339,6 +340,8 @@ def campaign(
         concurrency=concurrency,
         seed=seed,
         backend=backend,
+        image=image,  # type: ignore[arg-type]
+        uv_shim=uv_shim,
         task_names=task,
     )
     stop_on_sigterm()
