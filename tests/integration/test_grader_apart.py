@@ -9,6 +9,7 @@ start is booked.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
 import time
@@ -20,6 +21,7 @@ import pytest
 from levelfield.policy import PRESETS, apply_policy
 from levelfield.records import Outcome, Reason, TrialRecord
 from levelfield.sandbox import BackendOptions, get_backend, grader
+from levelfield.sandbox import _held_apart as held_apart
 from levelfield.tasks import load_task
 
 from ..conftest import MakeTask
@@ -62,6 +64,36 @@ def test_the_grader_starts_clean_and_alone(make_task: MakeTask, tmp_path: Path) 
     assert "CapEff: 00000000a00405fb" in seen and "NoNewPrivs: 1" in seen
     assert "Seccomp: 2" in seen  # Docker's default profile, as the agent's phases have it
     assert any("sleep 300" in line for line in record.evidence.left_running)
+    assert leftovers("api-run", tmp_path / "run") == []
+
+
+SPINNERS = "for i in 1 2 3 4; do nohup setsid bash -c 'while :; do :; done' >/dev/null 2>&1 & done"
+CPU_BOUND = """grep -E '^[0-9]+:(cpu|cpu,cpuacct|):' /proc/self/cgroup > /logs/verifier/cgroup.txt
+i=0; while [ $i -lt 300000 ]; do i=$((i + 1)); done
+echo 1 > /logs/verifier/reward.txt
+"""
+HELD_NOTE = re.compile(
+    r"(\d+) processes the agent left were held in a cgroup of the least CPU weight, within a "
+    r"tenth of the trial's CPU ceiling, while the grader ran: they took ([\d.]+) s of CPU "
+    r"\(the grader ([\d.]+) s\)"
+)
+
+
+@pytest.mark.cgroup2
+def test_busy_loops_the_agent_left_are_held_apart_from_the_grader(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    """Four busy loops left running would take four fifths of the trial's CPU ceiling from a
+    CPU-bound test: held in a cgroup of the least weight, they get what the grader leaves, the
+    kernel counts each side, and every process is back (and the child gone) after grading."""
+    trial_dir, record = _run(make_task, tmp_path, solve=SPINNERS, test=CPU_BOUND)
+    assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED)
+    (held,) = [m for n in record.evidence.notes if (m := HELD_NOTE.search(n))]
+    assert int(held[1]) >= 4, held[0]  # the four loops (and the sandbox's idle init)
+    agent_s, grader_s = float(held[2]), float(held[3])
+    assert grader_s > 3 * agent_s, held[0]  # a tenth of the ceiling against nine
+    joined = (trial_dir / "logs" / "verifier" / "cgroup.txt").read_text()
+    assert held_apart.HELD not in joined, joined  # the grader is not among the held
     assert leftovers("api-run", tmp_path / "run") == []
 
 

@@ -34,6 +34,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from levelfield.errors import SandboxStartError
@@ -42,6 +43,7 @@ from levelfield.records import PhaseResult
 from levelfield.sandbox import (
     GraderView,
     Sandbox,
+    _held_apart,
     _output,
     _processes,
     _seccomp,
@@ -87,6 +89,8 @@ class Grader:
         self._running: set[subprocess.Popen[bytes]] = set()
         self._prelude = view.prelude  # not run yet
         self._lock = threading.Lock()
+        self._holding = 0  # runs under way that hold the agent's processes apart
+        self._hold: _held_apart.HeldApart | None = None
 
     @classmethod
     def start(cls, box: Sandbox, trial_dir: Path) -> Grader | None:
@@ -160,18 +164,16 @@ class Grader:
         witness = self._witness()
         block_read, block_write = os.pipe()
         try:
-            with _processes.AgentCpu(self.view.cgroup_procs, self.view.processes) as cpu:
+            with (
+                self._agent_held_apart() as held,
+                _processes.AgentCpu(
+                    () if held else self.view.cgroup_procs, self.view.processes
+                ) as sampled,
+            ):
                 result = self._spawn_and_wait(
                     command, timeout_s, log_path, env, (block_read, block_write), witness
                 )
-            self.agent_cpu_s += cpu.seconds
-            self.grader_cpu_s += cpu.others_seconds
-            if cpu.seconds >= MIN_NOTED_CPU_S:
-                self._notes.append(
-                    f"the agent's processes took {cpu.seconds:.1f} s of CPU while the grader ran "
-                    f"(the grader {cpu.others_seconds:.1f} s), within the trial's CPU ceiling "
-                    "that the grader shares"
-                )
+            self._note_agent_cpu(held, sampled)
         finally:
             for fd in (block_read, block_write):
                 with contextlib.suppress(OSError):
@@ -190,6 +192,57 @@ class Grader:
             duration_s=duration_s,
             output_tail=_output.tail(log_path, offset=offset),
         )
+
+    @contextlib.contextmanager
+    def _agent_held_apart(self) -> Iterator[_held_apart.HeldApart | None]:
+        """The agent's processes in a cgroup of the least CPU weight while test.sh runs
+        (_held_apart.py); None where they cannot be, or another run of this grader holds them
+        already (a harness's grader may run commands side by side)."""
+        with self._lock:
+            first = self._holding == 0
+            self._holding += 1
+            if first:
+                self._hold = _held_apart.HeldApart(self.view.cgroup_procs)
+                try:
+                    self._hold.hold()
+                except _held_apart.HoldFailed as exc:
+                    self._hold = None
+                    if str(exc) not in self._notes:
+                        self._notes.append(str(exc))
+        try:
+            yield self._hold if first else None
+        finally:
+            with self._lock:
+                self._holding -= 1
+                if self._holding == 0 and self._hold is not None:
+                    self._hold.release()
+
+    def _note_agent_cpu(
+        self, held: _held_apart.HeldApart | None, sampled: _processes.AgentCpu
+    ) -> None:
+        agent, grader = (
+            (held.agent_cpu_s, held.grader_cpu_s)
+            if held
+            else (
+                sampled.seconds,
+                sampled.others_seconds,
+            )
+        )
+        self.agent_cpu_s += agent
+        self.grader_cpu_s += grader
+        if held and self.view.leftovers:
+            self._notes.append(
+                f"{held.moved} processes the agent left were held in a cgroup of the least CPU "
+                "weight, within a tenth of the trial's CPU ceiling, while the grader ran: they "
+                f"took {agent:.1f} s of CPU (the grader "
+                f"{grader:.1f} s), as the kernel counted"
+            )
+        elif not held and agent >= MIN_NOTED_CPU_S:
+            self._notes.append(
+                f"the agent's processes took {agent:.1f} s of CPU while the grader ran "
+                f"(the grader {grader:.1f} s), within the trial's CPU ceiling that the grader "
+                "shares"
+            )
 
     def _spawn_and_wait(
         self,
@@ -284,7 +337,9 @@ class Grader:
         if seccomp_fd >= 0:
             argv += ["--seccomp", str(seccomp_fd)]
         argv += ["--block-fd", str(block_fd), "--", "bash", "-c", command]
-        return _signals.default_argv(cgroups.joined(view.cgroup_procs, argv))
+        hold = self._hold
+        joins = hold.joins if hold is not None else view.cgroup_procs
+        return _signals.default_argv(cgroups.joined(joins, argv))
 
     def environment(self) -> dict[str, str]:
         """The view's, in the grader's HOME and TMPDIR. Python's output unbuffered: what a test

@@ -44,6 +44,7 @@ from levelfield.tasks import Task
 
 LOG_DIRS = ("logs", "logs/agent", "logs/verifier", "logs/artifacts")
 TESTS = PurePosixPath("/tests")  # what the verifier checks from outside once copied in
+RENEW_ATTEMPTS = 3  # archives of a folder the agent may be rewriting, before it is let go
 
 
 @dataclass(slots=True)
@@ -233,16 +234,29 @@ class OciSandbox:
         """What the agent left is kept from the engine's archive; the removal runs in the
         container, so the verifier checks from outside that the directory is new and empty."""
         listed: list[str] = []
-        with self._fetch(path) as found:
-            if found is not None and found.kind == "directory":
-                archives.extract(found.tar, keep_in, strip_first=True)
-                listed = archives.inventory(found.tar)
-            elif found is not None:
-                listed = [f"itself ({trees.Entry(found.kind, target=found.target).describe()})"]
+        for attempt in range(1, RENEW_ATTEMPTS + 1):
+            try:
+                listed = self._keep(path, keep_in)
+                break
+            except tarfile.ReadError as exc:  # a file rewritten while the engine archived it
+                if attempt == RENEW_ATTEMPTS:
+                    listed = [
+                        f"what was there ({RENEW_ATTEMPTS} archives of it by the engine were cut "
+                        f"short, {exc}, while the agent's processes wrote to it)"
+                    ]
         self._quiet(["rm", "-rf", "--", str(path)], check=False)
         parents = [str(PurePosixPath(*path.parts[1 : i + 1])) for i in range(1, len(path.parts))]
         self._put(PurePosixPath("/"), _container.dirs_tar(tuple(parents)))  # /logs, /logs/verifier
         return tuple(listed)
+
+    def _keep(self, path: PurePosixPath, keep_in: Path) -> list[str]:
+        with self._fetch(path) as found:
+            if found is not None and found.kind == "directory":
+                archives.extract(found.tar, keep_in, strip_first=True)
+                return archives.inventory(found.tar)
+            if found is not None:
+                return [f"itself ({trees.Entry(found.kind, target=found.target).describe()})"]
+        return []
 
     @contextlib.contextmanager
     def _fetch(self, path: PurePosixPath) -> Iterator[_Archived | None]:
