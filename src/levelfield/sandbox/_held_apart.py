@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from levelfield.sandbox import cgroups
+
 HELD = "levelfield-held"
 GRADER = "levelfield-grader"  # v2 only
 V1_LEAST_SHARES = 2  # the kernel's minimum cpu.shares
@@ -136,18 +138,7 @@ class HeldApart:
         self.joins = list(self.procs_files)
 
     def _used(self, level: Path | None) -> float:
-        """CPU seconds the kernel charged to `level` and below."""
-        if level is None:
-            return 0.0
-        with contextlib.suppress(OSError, ValueError):
-            if self._v2:
-                for line in (level / "cpu.stat").read_text().splitlines():
-                    key, _, value = line.partition(" ")
-                    if key == "usage_usec":
-                        return int(value) / 1e6
-            else:
-                return int((level / "cpuacct.usage").read_text()) / 1e9
-        return 0.0
+        return 0.0 if level is None else cgroups.cpu_usage_s(level, is_v2=self._v2)
 
 
 def _read(path: Path) -> str:
@@ -180,10 +171,10 @@ def _move_all(source: Path, dest: Path) -> int:
                 moved += 1
             except ProcessLookupError:
                 continue
-            except OSError as exc:
+            except OSError:
                 if not Path(f"/proc/{pid}").exists():
                     continue
-                raise exc
+                raise
     if (source / "cgroup.procs").read_text().split():
         raise OSError(0, f"processes of {source} kept forking while they moved")
     return moved

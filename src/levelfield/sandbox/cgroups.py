@@ -226,13 +226,10 @@ class TrialCgroup:
 
     def usage(self) -> Usage:
         if self.is_v2:
-            d = self.dirs["unified"]
-            mem = _int_or(d / "memory.current", 0)
-            cpu_s = _keyed(d / "cpu.stat").get("usage_usec", 0) / 1e6
+            mem = _int_or(self.dirs["unified"] / "memory.current", 0)
         else:
             mem = _int_or(self.dirs["memory"] / "memory.usage_in_bytes", 0)
-            cpu_s = _int_or(self.dirs["cpuacct"] / "cpuacct.usage", 0) / 1e9
-        return Usage(mem, cpu_s)
+        return Usage(mem, cpu_usage_s(self._dir("cpuacct"), is_v2=self.is_v2))
 
     def counters(self) -> Counters:
         if self.is_v2:
@@ -247,7 +244,7 @@ class TrialCgroup:
             cpu_nr_periods=stat.get("nr_periods", 0),
             cpu_throttled_periods=stat.get("nr_throttled", 0),
             cpu_throttled_s=stat.get("throttled_time", 0) / 1e9,
-            cpu_usage_s=_int_or(self.dirs["cpuacct"] / "cpuacct.usage", 0) / 1e9,
+            cpu_usage_s=cpu_usage_s(self.dirs["cpuacct"], is_v2=False),
         )
 
     def kill_all(self) -> None:
@@ -268,8 +265,15 @@ def _v2_counters(d: Path) -> Counters:
         cpu_nr_periods=stat.get("nr_periods", 0),
         cpu_throttled_periods=stat.get("nr_throttled", 0),
         cpu_throttled_s=stat.get("throttled_usec", 0) / 1e6,
-        cpu_usage_s=stat.get("usage_usec", 0) / 1e6,
+        cpu_usage_s=cpu_usage_s(d, is_v2=True),
     )
+
+
+def cpu_usage_s(level: Path, *, is_v2: bool) -> float:
+    """CPU seconds the kernel charged to the cgroup `level` and below; 0 when unreadable."""
+    if is_v2:
+        return _keyed(level / "cpu.stat").get("usage_usec", 0) / 1e6
+    return (_int_or(level / "cpuacct.usage", 0) or 0) / 1e9
 
 
 def enable_v2_controllers(trial_dir: Path) -> None:

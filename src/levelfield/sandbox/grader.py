@@ -164,15 +164,17 @@ class Grader:
         witness = self._witness()
         block_read, block_write = os.pipe()
         try:
-            with (
-                self._agent_held_apart() as held,
-                _processes.AgentCpu(
-                    () if held else self.view.cgroup_procs, self.view.processes
-                ) as sampled,
-            ):
-                result = self._spawn_and_wait(
-                    command, timeout_s, log_path, env, (block_read, block_write), witness
+            with self._agent_held_apart() as held:
+                # Where the hold stands the kernel counts each side; else /proc is sampled.
+                sampled = (
+                    None
+                    if held
+                    else _processes.AgentCpu(self.view.cgroup_procs, self.view.processes)
                 )
+                with sampled or contextlib.nullcontext():
+                    result = self._spawn_and_wait(
+                        command, timeout_s, log_path, env, (block_read, block_write), witness
+                    )
             self._note_agent_cpu(held, sampled)
         finally:
             for fd in (block_read, block_write):
@@ -218,16 +220,13 @@ class Grader:
                     self._hold.release()
 
     def _note_agent_cpu(
-        self, held: _held_apart.HeldApart | None, sampled: _processes.AgentCpu
+        self, held: _held_apart.HeldApart | None, sampled: _processes.AgentCpu | None
     ) -> None:
-        agent, grader = (
-            (held.agent_cpu_s, held.grader_cpu_s)
-            if held
-            else (
-                sampled.seconds,
-                sampled.others_seconds,
-            )
-        )
+        if held is not None:
+            agent, grader = held.agent_cpu_s, held.grader_cpu_s
+        else:
+            assert sampled is not None  # made wherever there is no hold
+            agent, grader = sampled.seconds, sampled.others_seconds
         self.agent_cpu_s += agent
         self.grader_cpu_s += grader
         if held and self.view.leftovers:
