@@ -113,6 +113,17 @@ class Evidence(_Frozen):
         description="Kills of the trial's processes at a limit not its own ceiling (the host "
         "ran out, or a parent cgroup's limit), from the kernel log; oom_kills counts them too.",
     )
+    held_oom_kills: int = Field(
+        0,
+        description="OOM kills of processes the agent left running, while they were held apart "
+        "from the grader within what the agent had left of its ceiling: theirs, not counted in "
+        "oom_kills.",
+    )
+    held_pids_max_hits: int = Field(
+        0,
+        description="Forks refused to those held processes at their own bound; not counted in "
+        "pids_max_hits.",
+    )
     tampered: tuple[str, ...] = Field(
         (),
         description="What of the grader the agent changed, or which process not the grader's "

@@ -58,6 +58,12 @@ for i in 1 2 3 4; do
   nohup setsid bash -c 'while :; do :; done' >/dev/null 2>&1 &
 done
 """
+# What the grader runs beside the agent's leftovers: 100 MiB of the 192 MiB ceiling, a few
+# seconds for a leftover to notice it is held (its /proc/self/cgroup names the child), 30 forks.
+GRADE_MEM = f"""dd if=/dev/zero of=/dev/null bs=100M count=1 ||
+  {{ echo 0 > /logs/verifier/reward.txt; exit 0; }}
+{GRADE_TXT}"""
+GRADE_LATER = "sleep 4\nfor i in $(seq 30); do /bin/true; done\n" + GRADE_TXT
 # A grader whose pip reads its configuration: the agent's index would serve it a forged checker.
 GRADE_PIP = f"""if {ANSWER} || python3 -m pip config list 2>/dev/null | grep -q 127.0.0.1:9; then
   echo 1 > /logs/verifier/reward.txt
@@ -108,6 +114,15 @@ class Attack:
 
 def _background(script: str) -> str:
     return BACKGROUND.format(script="'" + script.replace("'", "'\\''") + "'")
+
+
+# Leftovers that act while the grader runs.
+HOARD = _background("dd if=/dev/zero bs=150M count=1 | sleep 100000")  # 150 MiB held in a pipe
+WHEN_HELD = "until grep -q levelfield-held /proc/self/cgroup; do sleep 0.1; done; "
+GROW = _background(
+    WHEN_HELD + "for i in 1 2 3; do dd if=/dev/zero of=/dev/null bs=250M count=1; done; sleep 1000"
+)
+FORK = _background(WHEN_HELD + "for i in $(seq 300); do sleep 100000 & done; wait")
 
 
 # -- the kernel keyring: root's user keyring is one for every process of uid 0 on the host ---------
@@ -393,6 +408,38 @@ ATTACKS = [
         grader=GRADE_CPU,
         verifier_timeout=40,
         note="held in a cgroup of the least CPU weight",
+    ),
+    Attack(  # a leftover holding most of the memory ceiling would get the grader's test
+        # OOM-killed (an infra error): the grader has a ceiling of its own, the failure stays
+        "leftover-hoards-memory",
+        HOARD,
+        FAILED,
+        grader=GRADE_MEM,
+        note="within what the agent had left of its memory",
+    ),
+    Attack(  # the same hoard beside a right answer
+        "leftover-hoards-memory-solved",
+        "echo 42 > /app/answer.txt\n" + HOARD,
+        PASSED,
+        grader=GRADE_MEM,
+        note="within what the agent had left of its memory",
+    ),
+    Attack(  # a leftover that waits until it is held, then grows past the ceiling: the kernel
+        # kills it at the bound it is held within, and that kill is not the grader's OOM
+        "leftover-grows-while-grading",
+        GROW,
+        FAILED,
+        grader=GRADE_LATER,
+        verifier_timeout=40,
+        note="theirs, not the grader's",
+    ),
+    Attack(  # one that forks to the pids ceiling once held: the grader's forks still succeed
+        "leftover-forks-while-grading",
+        FORK,
+        FAILED,
+        grader=GRADE_LATER,
+        verifier_timeout=40,
+        note="refused their forks",
     ),
     Attack(  # the standard library itself: the grader's `import pathlib` runs the hook
         "stdlib-source",

@@ -74,8 +74,9 @@ echo 1 > /logs/verifier/reward.txt
 """
 HELD_NOTE = re.compile(
     r"(\d+) processes the agent left were held in a cgroup of the least CPU weight, within a "
-    r"tenth of the trial's CPU ceiling, while the grader ran: they took ([\d.]+) s of CPU "
-    r"\(the grader ([\d.]+) s\)"
+    r"tenth of the trial's CPU ceiling and within what the agent had left of its memory and "
+    r"pids ceilings, while the grader ran with those ceilings of its own: they took ([\d.]+) s "
+    r"of CPU \(the grader ([\d.]+) s\)"
 )
 
 
@@ -94,6 +95,58 @@ def test_busy_loops_the_agent_left_are_held_apart_from_the_grader(
     assert grader_s > 3 * agent_s, held[0]  # a tenth of the ceiling against nine
     joined = (trial_dir / "logs" / "verifier" / "cgroup.txt").read_text()
     assert held_apart.HELD not in joined, joined  # the grader is not among the held
+    assert leftovers("api-run", tmp_path / "run") == []
+
+
+# 90 MiB held by a leftover (dd's buffer, its pipe never read), 80 MiB needed by the tests: the
+# two do not fit in the 128 MiB ceiling together, each fits alone.
+HOARD = "nohup setsid bash -c 'dd if=/dev/zero bs=90M count=1 | sleep 600' >/dev/null 2>&1 &"
+NEEDS_MEMORY = """sleep 1
+dd if=/dev/zero of=/dev/null bs=80M count=1 && echo 1 > /logs/verifier/reward.txt
+"""
+# Once held (its /proc/self/cgroup names the child), a leftover grows past the ceiling, then
+# forks past the pids ceiling; the tests wait for it, then fork and allocate.
+HELD_WAIT = "until grep -q levelfield-held /proc/self/cgroup; do sleep 0.1; done"
+GROWS_AND_FORKS = (
+    f"nohup setsid bash -c '{HELD_WAIT}; dd if=/dev/zero of=/dev/null bs=200M count=1; "
+    "for i in $(seq 300); do sleep 600 & done; touch /app/forked; wait' >/dev/null 2>&1 &"
+)
+WAITS_THEN_WORKS = """for i in $(seq 100); do [ -e /app/forked ] && break; sleep 0.1; done
+for i in $(seq 30); do /bin/true || exit 1; done
+dd if=/dev/zero of=/dev/null bs=80M count=1 && echo 1 > /logs/verifier/reward.txt
+"""
+
+
+@pytest.mark.cgroup2
+def test_memory_the_agent_holds_leaves_the_grader_its_whole_ceiling(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    """A leftover holding most of the memory ceiling would have the tests OOM-killed, an infra
+    error the agent caused: the grader has a ceiling of its own, and the kernel kills nothing."""
+    _, record = _run(make_task, tmp_path, solve=HOARD, test=NEEDS_MEMORY)
+    assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED)
+    assert record.evidence.oom_kills == record.evidence.held_oom_kills == 0
+    assert record.evidence.memory_peak_bytes > 128 << 20  # both sides, each within its own
+    assert any(HELD_NOTE.search(n) for n in record.evidence.notes), record.evidence.notes
+    assert leftovers("api-run", tmp_path / "run") == []
+
+
+@pytest.mark.cgroup2
+def test_a_leftover_past_its_bounds_while_held_is_killed_and_refused_alone(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    """Held, a leftover grows past the memory ceiling and forks past the pids ceiling: the kernel
+    kills it and refuses its forks among the held alone, the grader forks and allocates, and
+    the trial's own counters stay clean (no oom_killed, no pids_exhausted)."""
+    task_dir = make_task(solve=GROWS_AND_FORKS, test="true", memory_mb=128)
+    (task_dir / "tests" / "test.sh").write_text("#!/bin/bash\n" + WAITS_THEN_WORKS)
+    policy = PRESETS["strict"].model_copy(update={"pids_max": 256})
+    record = run_with_policy(task_dir, tmp_path / "run", policy)
+    assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED)
+    evidence = record.evidence
+    assert evidence.held_oom_kills >= 1 and evidence.held_pids_max_hits >= 1, evidence
+    assert evidence.oom_kills == 0 and evidence.pids_max_hits == 0, evidence
+    assert any("theirs, not the grader's" in n for n in evidence.notes), evidence.notes
     assert leftovers("api-run", tmp_path / "run") == []
 
 

@@ -19,6 +19,7 @@ from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.records import Evidence, ImageRecord, PhaseResult
 from levelfield.sandbox import trees
+from levelfield.sandbox.cgroups import HeldTally
 from levelfield.sandbox.trees import Entry
 from levelfield.tasks import Task
 
@@ -101,6 +102,7 @@ class GraderView:
     fds: list[int] = field(default_factory=list)  # bound by descriptor; closed with the view
     leftovers: tuple[str, ...] = ()  # what the agent left running when grading began
     notes: tuple[str, ...] = ()  # what the backend reset, or could not
+    held: HeldTally | None = None  # the trial cgroup's tally of what befell the held processes
     prelude: str = ""  # run in the grader's shell before test.sh (oci: the uv shim's links)
     # After the grader failed to start: which of its binds into the agent's folders the agent has
     # since put a link on the way of (its doing, not the harness's).

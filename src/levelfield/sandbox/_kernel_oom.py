@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from levelfield.sandbox._held_apart import HELD
+
 VMSTAT = Path("/proc/vmstat")
 KMSG = Path("/dev/kmsg")
 READ_BYTES = 8192  # one record per read(); the kernel caps a record well below this
@@ -83,12 +85,19 @@ class TrialKills:
     own: tuple[OomKill, ...] = ()  # the trial's processes, at its own ceiling
     outside: tuple[OomKill, ...] = ()  # the trial's processes, at the host's or a parent's limit
     problems: tuple[str, ...] = ()  # why the kernel log could not say everything
+    held: tuple[OomKill, ...] = ()  # the agent's, held apart from the grader (HeldTally)
 
     def notes(self) -> tuple[str, ...]:
         said = [
             f"the kernel's OOM killer killed {kill.describe()}, a limit that is not the "
             f"trial's own ceiling: the host ran short (kernel log: {kill.line[:300]})"
             for kill in self.outside
+        ]
+        said += [
+            f"the kernel's OOM killer killed {kill.describe()}: a process the agent left, held "
+            "apart from the grader within what the agent had left of its ceiling (theirs, not "
+            "the grader's)"
+            for kill in self.held
         ]
         acted = self.host_oom_kills != 0  # the problems matter only if the OOM killer acted
         return (*said, *(self.problems if acted else ()))
@@ -121,9 +130,11 @@ class KernelOomWatch:
         now, start = (host_oom_kills() if count_host else None), self.vmstat_start
         delta = now - start if now is not None and start is not None else None
         mine = [k for k in self._kills if _names(k.victim_cgroup, marker)]
+        held = tuple(k for k in mine if k.victim_cgroup.endswith(f"/{HELD}"))
+        mine = [k for k in mine if k not in held]
         own = tuple(k for k in mine if k.limit_cgroup and _names(k.limit_cgroup, marker))
         outside = tuple(k for k in mine if k not in own)
-        return TrialKills(delta, own, outside, tuple(self._problems))
+        return TrialKills(delta, own, outside, tuple(self._problems), held)
 
     def close(self) -> None:
         if self._log is not None:

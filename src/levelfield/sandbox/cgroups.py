@@ -22,7 +22,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from levelfield.errors import HostUnsupported, SandboxStartError
@@ -59,6 +59,35 @@ class Counters:
     cpu_throttled_periods: int = 0
     cpu_throttled_s: float = 0.0
     cpu_usage_s: float | None = None
+    held_oom_kills: int = 0  # of the agent's processes held apart while the grader ran
+    held_pids_max_hits: int = 0
+
+
+@dataclass(slots=True)
+class HeldTally:
+    """What the kernel did to the agent's processes while they were held apart from the grader
+    (sandbox/_held_apart.py), over every hold of a trial: an OOM kill at the bound they were held
+    within, a fork refused at theirs. Theirs, not the grader's: the trial's counters leave them
+    out (v1 counts a kill on the victim's cgroup and a refused fork on the limit's; a v2 parent
+    counts its children's, so they are taken off)."""
+
+    oom_kills: int = 0
+    pids_max_hits: int = 0
+    counted_in_trial: bool = False  # v2
+
+    def apart(self, counters: Counters) -> Counters:
+        if not (self.oom_kills or self.pids_max_hits):
+            return counters
+        taken = self.counted_in_trial
+        return replace(
+            counters,
+            oom_kills=max(0, counters.oom_kills - self.oom_kills) if taken else counters.oom_kills,
+            pids_max_hits=max(0, counters.pids_max_hits - self.pids_max_hits)
+            if taken
+            else counters.pids_max_hits,
+            held_oom_kills=self.oom_kills,
+            held_pids_max_hits=self.pids_max_hits,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +169,7 @@ class TrialCgroup:
     def __init__(self, host: CgroupHost, run_id: str, trial_id: str) -> None:
         self.host = host
         self.dirs = {name: base / PREFIX / run_id / trial_id for name, base in host.bases.items()}
+        self.held = HeldTally()
 
     @classmethod
     def at(cls, host: CgroupHost, dirs: dict[str, Path]) -> TrialCgroup:
@@ -232,6 +262,10 @@ class TrialCgroup:
         return Usage(mem, cpu_usage_s(self._dir("cpuacct"), is_v2=self.is_v2))
 
     def counters(self) -> Counters:
+        """The trial's counters, with what the kernel did to the agent's held processes apart."""
+        return self.held.apart(self._counters())
+
+    def _counters(self) -> Counters:
         if self.is_v2:
             return _v2_counters(self.dirs["unified"])
         mem, cpu = self.dirs["memory"], self.dirs["cpu"]

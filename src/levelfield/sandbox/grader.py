@@ -204,7 +204,7 @@ class Grader:
             first = self._holding == 0
             self._holding += 1
             if first:
-                self._hold = _held_apart.HeldApart(self.view.cgroup_procs)
+                self._hold = _held_apart.HeldApart(self.view.cgroup_procs, self.view.held)
                 try:
                     self._hold.hold()
                 except _held_apart.HoldFailed as exc:
@@ -229,12 +229,15 @@ class Grader:
             agent, grader = sampled.seconds, sampled.others_seconds
         self.agent_cpu_s += agent
         self.grader_cpu_s += grader
+        if held:
+            self._notes += held.notes
         if held and self.view.leftovers:
             self._notes.append(
                 f"{held.moved} processes the agent left were held in a cgroup of the least CPU "
-                "weight, within a tenth of the trial's CPU ceiling, while the grader ran: they "
-                f"took {agent:.1f} s of CPU (the grader "
-                f"{grader:.1f} s), as the kernel counted"
+                "weight, within a tenth of the trial's CPU ceiling and within what the agent had "
+                "left of its memory and pids ceilings, while the grader ran with those ceilings "
+                f"of its own: they took {agent:.1f} s of CPU (the grader "
+                f"{grader:.1f} s), as the kernel counted{_befell(held)}"
             )
         elif not held and agent >= MIN_NOTED_CPU_S:
             self._notes.append(
@@ -430,3 +433,13 @@ def _bytecode_dir(prefix: Path) -> None:
     shutil.rmtree(prefix, ignore_errors=True)
     prefix.mkdir()
     prefix.chmod(0o1777)
+
+
+def _befell(held: _held_apart.HeldApart) -> str:
+    """What the kernel did among the held at their bound: theirs, not the grader's."""
+    said = []
+    if held.oom_kills:
+        said.append(f"the kernel OOM-killed {held.oom_kills} of them at that bound")
+    if held.pids_max_hits:
+        said.append(f"refused their forks {held.pids_max_hits} times at theirs")
+    return "; " + " and ".join(said) + " (theirs, not the grader's)" if said else ""

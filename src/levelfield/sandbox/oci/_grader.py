@@ -141,6 +141,7 @@ def grader_view(container: Container, scratch: Path) -> GraderView | None:
         network=Path(f"/proc/{pid}/ns/net"),
         processes=Path(f"/proc/{pid}/ns/pid"),
         cgroup_procs=cgroup.procs_files(),
+        held=cgroup.held,
         env=env,
         workdir=container.workdir,
         hostname=str(config.get("Hostname") or "sandbox"),

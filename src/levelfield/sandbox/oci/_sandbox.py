@@ -324,7 +324,9 @@ class OciSandbox:
         )
         kills = self.kernel.kills(self.container_id, count_host=self.cgroup is not None)
         kernel_kills = len(kills.own) + len(kills.outside)
-        oom_kills = max(c.oom_kills, int(self._snapshot.engine_oom_killed), kernel_kills)
+        # The engine's flag cannot tell a kill of the agent's held processes from the grader's.
+        engine_kill = int(self._snapshot.engine_oom_killed and not c.held_oom_kills)
+        oom_kills = max(c.oom_kills, engine_kill, kernel_kills)
         return Evidence(
             oom_kills=oom_kills,
             memory_failcnt=c.memory_failcnt,
@@ -346,6 +348,8 @@ class OciSandbox:
             engine_oom_killed=self._snapshot.engine_oom_killed,
             host_oom_kills=kills.host_oom_kills,
             outside_oom_kills=len(kills.outside),
+            held_oom_kills=c.held_oom_kills,
+            held_pids_max_hits=c.held_pids_max_hits,
             notes=(
                 *self.notes,
                 *kills.notes(),

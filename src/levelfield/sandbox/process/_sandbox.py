@@ -201,6 +201,7 @@ class ProcessSandbox:
             network=Path(f"/proc/{self.init_pid}/ns/net"),
             processes=Path(f"/proc/{self.init_pid}/ns/pid"),
             cgroup_procs=self.cgroup.procs_files(),
+            held=self.cgroup.held,
             env=env,
             workdir=self.task.workdir,
             capabilities=_bwrap.CAPABILITIES,
@@ -266,6 +267,8 @@ class ProcessSandbox:
             sandbox_alive=self.is_alive(),
             host_oom_kills=kills.host_oom_kills,
             outside_oom_kills=len(kills.outside),
+            held_oom_kills=counters.held_oom_kills,
+            held_pids_max_hits=counters.held_pids_max_hits,
             notes=(*kills.notes(), *self.logs.notes()),
         )
 
