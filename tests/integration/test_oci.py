@@ -314,6 +314,40 @@ def test_the_graders_python_caches_its_bytecode_in_a_folder_of_its_own(
     assert not (trial / grader.BYTECODE_DIR).exists()  # gone with the grader's disk
 
 
+# What Terminal-Bench 2.0's headless-terminal and path-tracing tests do: make a folder at the top
+# of the filesystem, and start a login shell that must read the .bashrc they appended to.
+TASKS_WORLD = """mkdir /server && echo hi > /server/index.html
+echo 'export SPECIAL=from-bashrc' >> "$HOME/.bashrc"
+bash -lic 'echo "$SPECIAL"' 2>/dev/null > /logs/verifier/login.txt
+cat /server/index.html >> /logs/verifier/login.txt
+[ -e /app/ran-agents-profile ] && echo "the agent's .profile ran" >> /logs/verifier/login.txt
+echo 1 > /logs/verifier/reward.txt
+"""
+
+
+def test_the_graders_world_is_the_tasks_a_writable_root_and_the_images_home(
+    make_task: MakeTask, backend: object, tmp_path: Path
+) -> None:
+    """A right solution is not failed for the grader's furniture: its root takes a new folder,
+    as the container's does, and its fresh HOME holds the image's shell start-up files (a login
+    shell reads .profile, which reads .bashrc), never the agent's."""
+    task_dir = make_task(
+        "world",
+        test=None,
+        userland=None,
+        memory_mb=256,
+        solve=("echo 'echo planted > /app/ran-agents-profile' >> ~/.profile"),
+    )
+    (task_dir / "environment" / "Dockerfile").write_text(
+        "FROM debian:bookworm-slim\nWORKDIR /app\n"
+    )
+    (task_dir / "tests" / "test.sh").write_text("#!/bin/bash\n" + TASKS_WORLD)
+    record = _run(backend, load_task(task_dir), "strict", tmp_path / "run")
+    assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED), record.error
+    trial = tmp_path / "run" / "trials" / record.trial_key
+    assert (trial / "logs" / "verifier" / "login.txt").read_text() == "from-bashrc\nhi\n"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", TB2_OFFLINE)
 def test_tb2_oracle_passes_under_headroom(name: str, backend: object, tmp_path: Path) -> None:

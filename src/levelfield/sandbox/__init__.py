@@ -103,6 +103,10 @@ class GraderView:
     leftovers: tuple[str, ...] = ()  # what the agent left running when grading began
     notes: tuple[str, ...] = ()  # what the backend reset, or could not
     held: HeldTally | None = None  # the trial cgroup's tally of what befell the held processes
+    # The shell's start-up files of the image's HOME, as the image had them (never the agent's):
+    # a test that starts a login shell (tmux, expect) reads them in the grader's HOME.
+    home_files: Mapping[str, bytes] = field(default_factory=dict)
+    writable_root: bool = False  # the agent's root was writable (a container): so is the grader's
     prelude: str = ""  # run in the grader's shell before test.sh (oci: the uv shim's links)
     # After the grader failed to start: which of its binds into the agent's folders the agent has
     # since put a link on the way of (its doing, not the harness's).
@@ -113,6 +117,21 @@ class GraderView:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds.clear()
+
+
+# What a login or interactive shell reads from HOME at its start.
+SHELL_START_UP = (".profile", ".bash_profile", ".bash_login", ".bashrc", ".bash_logout")
+START_UP_MAX_BYTES = 64 << 10
+
+
+def shell_start_up(read: Callable[[str], bytes | None]) -> dict[str, bytes]:
+    """The image's shell start-up files, by `read(name)` (None where it has none, or too big)."""
+    found = {}
+    for name in SHELL_START_UP:
+        content = read(name)
+        if content is not None and len(content) <= START_UP_MAX_BYTES:
+            found[name] = content
+    return found
 
 
 def bind_agent_logs(logs: Path, root: list[str], fds: list[int]) -> list[str]:

@@ -212,18 +212,20 @@ class HeldApart:
             self.tally.counted_in_trial |= self._v2
 
     def _put_ceilings_back(self) -> None:
-        """In the reverse order of raising (v1's memsw may never be below memory). A v2
-        memory.max lowered below the usage would reclaim by killing: left raised, and said."""
+        """In the reverse order of raising (v1's memsw may never be below memory). A ceiling
+        the trial is now above stays raised, and is said: the agent's processes, back from
+        their bounds, would meet it at once (a fork retried, a page touched), and a v2
+        memory.max lowered below the usage reclaims by killing."""
         while self._raised:
             path, before = self._raised.pop()
-            if self._v2 and path.name == "memory.max":
-                used = int(_read(path.parent / "memory.current"))
-                if used > int(before):
-                    self.notes.append(
-                        f"the trial's memory ceiling stays raised after grading: it uses {used} "
-                        f"bytes, above its ceiling of {before}, and a lower memory.max would kill"
-                    )
-                    continue
+            used = _usage_of(path)
+            if used is not None and used > int(before):
+                what = "pids" if path.name == "pids.max" else "memory"
+                self.notes.append(
+                    f"the trial's {what} ceiling stays raised after grading: the trial uses "
+                    f"{used}, above its ceiling of {before}"
+                )
+                continue
             with contextlib.suppress(OSError):  # v1: a limit below the usage is refused (EBUSY)
                 path.write_text(before)
 
@@ -240,6 +242,17 @@ def _keyed(path: Path) -> dict[str, int]:
         pairs = (line.split() for line in path.read_text().splitlines())
         return {p[0]: int(p[1]) for p in pairs if len(p) == 2 and p[1].isdigit()}
     return {}
+
+
+def _usage_of(ceiling: Path) -> int | None:
+    """What the trial uses of the ceiling in file `ceiling`; None where v1's kernel itself
+    refuses a memory limit below the usage."""
+    current = {"pids.max": "pids.current", "memory.max": "memory.current"}.get(ceiling.name)
+    if current is None:
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        return int(_read(ceiling.parent / current))
+    return None
 
 
 def _has_memory_or_pids(level: Path) -> bool:

@@ -34,7 +34,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 
 from levelfield.errors import SandboxStartError
@@ -105,6 +105,8 @@ class Grader:
                 (disk / name).chmod(mode)
             (disk / SCRATCH).mkdir(mode=0o700, exist_ok=True)
             view = box.grader_view(disk / SCRATCH)
+            if view is not None:
+                _seed_home(disk / LAYOUT[HOME][0], view.home_files)
             _bytecode_dir(disk.with_name(BYTECODE_DIR))
         except BaseException:
             _release(disk, image)
@@ -335,7 +337,9 @@ class Grader:
         for inside, (name, _) in LAYOUT.items():
             argv += ["--bind", str(self.disk / name), str(inside)]
         argv += ["--bind", str(self.disk.with_name(BYTECODE_DIR)), str(BYTECODE)]
-        argv += ["--remount-ro", "/", "--chdir", str(view.workdir)]
+        if not view.writable_root:  # a test may make a folder at the top, as in a container
+            argv += ["--remount-ro", "/"]
+        argv += ["--chdir", str(view.workdir)]
         if seccomp_fd >= 0:
             argv += ["--seccomp", str(seccomp_fd)]
         argv += ["--block-fd", str(block_fd), "--", "bash", "-c", command]
@@ -443,3 +447,11 @@ def _befell(held: _held_apart.HeldApart) -> str:
     if held.pids_max_hits:
         said.append(f"refused their forks {held.pids_max_hits} times at theirs")
     return "; " + " and ".join(said) + " (theirs, not the grader's)" if said else ""
+
+
+def _seed_home(home: Path, files: Mapping[str, bytes]) -> None:
+    """The grader's fresh HOME holds the image's shell start-up files: a login shell a test
+    starts (tmux, expect) reads .profile, which reads .bashrc, as in the image."""
+    for name, content in files.items():
+        if "/" not in name and name not in ("", ".", ".."):
+            (home / name).write_bytes(content)

@@ -40,6 +40,7 @@ from levelfield.sandbox import (
     _bwrap,
     _processes,
     bind_agent_logs,
+    shell_start_up,
     trees,
 )
 from levelfield.sandbox.oci import _offline
@@ -129,12 +130,14 @@ def grader_view(container: Container, scratch: Path) -> GraderView | None:
         root += ["--bind", str(scratch / "etc"), "/etc"]
         notes += _python_hooks(merged, container.changes, layers, root)
         prelude = _shim(container.shim, root)
+        home = PurePosixPath(_image_env(container).get("HOME") or "/root")
+        home_files = shell_start_up(lambda name: _image_bytes(layers, home / name))
     except BaseException:
         for fd in fds:
             os.close(fd)
         raise
     config = container.inspected.get("Config") or {}
-    env = dict(item.split("=", 1) for item in config.get("Env") or () if "=" in item)
+    env = _image_env(container)
     pid = container.init_pid
     return GraderView(
         root=root,
@@ -151,7 +154,21 @@ def grader_view(container: Container, scratch: Path) -> GraderView | None:
         notes=tuple(notes),
         prelude=prelude,
         linked=lambda: _now_linked(merged, root),
+        home_files=home_files,
+        writable_root=True,
     )
+
+
+def _image_env(container: Container) -> dict[str, str]:
+    config = container.inspected.get("Config") or {}
+    return dict(item.split("=", 1) for item in config.get("Env") or () if "=" in item)
+
+
+def _image_bytes(layers: list[Path], path: PurePosixPath) -> bytes | None:
+    original = _in_image(layers, path)
+    with contextlib.suppress(OSError):
+        return original.read_bytes() if original is not None else None
+    return None
 
 
 def _mounts(inspected: Mapping[str, Any]) -> list[tuple[PurePosixPath, str, bool]]:

@@ -34,6 +34,7 @@ from levelfield.sandbox import (
     bind_agent_logs,
     cgroups,
     disks,
+    shell_start_up,
     trees,
 )
 from levelfield.sandbox.process import _workspace
@@ -208,6 +209,7 @@ class ProcessSandbox:
             fds=fds,
             leftovers=leftovers,
             notes=notes,
+            home_files=shell_start_up(_skeleton),
         )
 
     def copy_in(self, src: Path, dest: PurePosixPath) -> None:
@@ -376,3 +378,12 @@ def _last_words(init: subprocess.Popen[bytes], log: Path, pump: _output.LogPump)
     pump.close()
     detail = log.read_text(errors="replace").strip()[-500:] if log.exists() else ""
     return detail or "no output"
+
+
+SKELETON = Path("/etc/skel")  # the host userland's own HOME start-up files
+
+
+def _skeleton(name: str) -> bytes | None:
+    with contextlib.suppress(OSError):
+        return (SKELETON / name).read_bytes()
+    return None
