@@ -230,6 +230,7 @@ def _phases(
     log.verifier, log.reward = verdict.phase, verdict.reward
     log.graded_nothing, log.grader_broken = verdict.graded_nothing, verdict.grader_broken
     log.unbacked = verdict.unbacked
+    log.filled_beside = verdict.filled_beside
     log.tampered, log.notes = verdict.tampered, (*log.notes, *verdict.notes)
     log.left_running = verdict.left_running
 

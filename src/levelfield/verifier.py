@@ -64,6 +64,7 @@ class Verdict:
     tampered: tuple[str, ...] = ()  # what of the grader changed: the agent's doing
     notes: tuple[str, ...] = ()  # what the agent left in /logs/verifier; what the reward was
     left_running: tuple[str, ...] = ()  # the agent's processes, when grading began
+    filled_beside: str | None = None  # the disk filled while the agent's processes ran beside
 
 
 class Reader(Protocol):
@@ -96,7 +97,9 @@ def _apart(
     shipped = trees.digests(task.tests_dir)
     log = trial_dir / "verifier.log"
     offset = log.stat().st_size if log.exists() else 0
+    full_before = box.evidence().storage_full
     phase = judge.run(TEST, timeout_s=task.verifier_timeout_s, log_path=log)
+    filled = _filled_beside(box, judge, full_before)
     changed, added = tests_changes(shipped, judge.digests(TESTS_DIR))
     reader = _Both(judge, box)
     reward, problem = read_reward(reader)
@@ -124,8 +127,22 @@ def _apart(
         graded = (graded[0], graded[1] or starved, graded[2])
     skipped = judge.keep_logs(trial_dir / GRADER_LOGS)
     notes += [f"not copied from the grader's /logs/verifier: {entry}" for entry in skipped]
+    notes += [filled] if filled else []
     return Verdict(
-        phase, reward, *graded, tuple(tampered), tuple(notes), judge.view.leftovers
+        phase, reward, *graded, tuple(tampered), tuple(notes), judge.view.leftovers, filled
+    )
+
+
+def _filled_beside(box: Sandbox, judge: grader.Grader, full_before: bool) -> str | None:
+    """A trial's disk that filled while the grader ran, with the agent's processes writing
+    beside it (they share the agent's work state, which the grader checks): no evidence outside
+    the agent's reach that the ceiling, rather than the agent, ended the tests."""
+    if full_before or not judge.view.leftovers or not box.evidence().storage_full:
+        return None
+    return (
+        "the trial's disk filled while the grader ran, with processes the agent left running "
+        f"beside it ({len(judge.view.leftovers)}): whose writes filled it cannot be told apart, "
+        "so the full disk does not make this trial an infra error"
     )
 
 

@@ -123,6 +123,7 @@ GROW = _background(
     WHEN_HELD + "for i in 1 2 3; do dd if=/dev/zero of=/dev/null bs=250M count=1; done; sleep 1000"
 )
 FORK = _background(WHEN_HELD + "for i in $(seq 300); do sleep 100000 & done; wait")
+FILL = _background(WHEN_HELD + "dd if=/dev/zero of=/app/fill bs=1M; sleep 100000")
 
 
 # -- the kernel keyring: root's user keyring is one for every process of uid 0 on the host ---------
@@ -440,6 +441,15 @@ ATTACKS = [
         grader=GRADE_LATER,
         verifier_timeout=40,
         note="refused their forks",
+    ),
+    Attack(  # one that fills the trial's disk once held: which writes filled it cannot be
+        # told apart, so the full disk no longer makes the failure an infra error
+        "leftover-fills-disk-while-grading",
+        FILL,
+        FAILED,
+        grader=GRADE_LATER,
+        verifier_timeout=40,
+        note="whose writes filled it cannot be told apart",
     ),
     Attack(  # the standard library itself: the grader's `import pathlib` runs the hook
         "stdlib-source",

@@ -105,13 +105,18 @@ NEEDS_MEMORY = """sleep 1
 dd if=/dev/zero of=/dev/null bs=80M count=1 && echo 1 > /logs/verifier/reward.txt
 """
 # Once held (its /proc/self/cgroup names the child), a leftover grows past the ceiling, then
-# forks past the pids ceiling; the tests wait for it, then fork and allocate.
-HELD_WAIT = "until grep -q levelfield-held /proc/self/cgroup; do sleep 0.1; done"
-GROWS_AND_FORKS = (
-    f"nohup setsid bash -c '{HELD_WAIT}; dd if=/dev/zero of=/dev/null bs=200M count=1; "
-    "for i in $(seq 300); do sleep 600 & done; touch /app/forked; wait' >/dev/null 2>&1 &"
-)
-WAITS_THEN_WORKS = """for i in $(seq 100); do [ -e /app/forked ] && break; sleep 0.1; done
+# forks past the pids ceiling (in dash, which ends at a refused fork: bash would retry each for
+# half a minute); the tests wait for it (a minute: the v2 VM forks slowly), then fork
+# and allocate.
+GROWS_AND_FORKS = """cat > /tmp/leftover.sh <<'EOF'
+until grep -q levelfield-held /proc/self/cgroup; do sleep 0.1; done
+dd if=/dev/zero of=/dev/null bs=200M count=1
+sh -c 'i=0; while [ $i -lt 300 ]; do sleep 600 & i=$((i + 1)); done'
+touch /app/forked
+EOF
+nohup setsid bash /tmp/leftover.sh >/dev/null 2>&1 &
+"""
+WAITS_THEN_WORKS = """for i in $(seq 600); do [ -e /app/forked ] && break; sleep 0.1; done
 for i in $(seq 30); do /bin/true || exit 1; done
 dd if=/dev/zero of=/dev/null bs=80M count=1 && echo 1 > /logs/verifier/reward.txt
 """
@@ -138,7 +143,7 @@ def test_a_leftover_past_its_bounds_while_held_is_killed_and_refused_alone(
     """Held, a leftover grows past the memory ceiling and forks past the pids ceiling: the kernel
     kills it and refuses its forks among the held alone, the grader forks and allocates, and
     the trial's own counters stay clean (no oom_killed, no pids_exhausted)."""
-    task_dir = make_task(solve=GROWS_AND_FORKS, test="true", memory_mb=128)
+    task_dir = make_task(solve=GROWS_AND_FORKS, test="true", memory_mb=128, verifier_timeout=120)
     (task_dir / "tests" / "test.sh").write_text("#!/bin/bash\n" + WAITS_THEN_WORKS)
     policy = PRESETS["strict"].model_copy(update={"pids_max": 256})
     record = run_with_policy(task_dir, tmp_path / "run", policy)

@@ -104,6 +104,14 @@ def _run(backend: object, task: Task, policy: str, run_dir: Path) -> TrialRecord
     return run_trial(trial, backend, ctx)  # type: ignore[arg-type]
 
 
+def _image_task(make_task: MakeTask, name: str, image: str, test: str, solve: str = "true") -> Task:
+    """A task built FROM `image`, with `test` as its test.sh."""
+    task_dir = make_task(name, test=None, userland=None, memory_mb=256, solve=solve)
+    (task_dir / "environment" / "Dockerfile").write_text(f"FROM {image}\nWORKDIR /app\n")
+    (task_dir / "tests" / "test.sh").write_text("#!/bin/bash\n" + test)
+    return load_task(task_dir)
+
+
 def _containers(run_id: str) -> list[str]:
     from levelfield.sandbox import oci
 
@@ -299,12 +307,8 @@ def test_the_graders_python_caches_its_bytecode_in_a_folder_of_its_own(
     """The grader's Python reads no bytecode from the agent's filesystem (the agent can write a
     .pyc beside any module): it compiles into a cache of its own, off the witnessed disk, and
     the next start reads it from there."""
-    task_dir = make_task("bytecode", test=None, userland=None, memory_mb=256)
-    (task_dir / "environment" / "Dockerfile").write_text(
-        "FROM python:3.13-slim-bookworm\nWORKDIR /app\n"
-    )
-    (task_dir / "tests" / "test.sh").write_text("#!/bin/bash\n" + LOADS_JSON)
-    record = _run(backend, load_task(task_dir), "strict", tmp_path / "run")
+    task = _image_task(make_task, "bytecode", "python:3.13-slim-bookworm", LOADS_JSON)
+    record = _run(backend, task, "strict", tmp_path / "run")
     assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED), record.error
     trial = tmp_path / "run" / "trials" / record.trial_key
     imports = (trial / "logs" / "verifier" / "imports.txt").read_text()
@@ -331,18 +335,9 @@ def test_the_graders_world_is_the_tasks_a_writable_root_and_the_images_home(
     """A right solution is not failed for the grader's furniture: its root takes a new folder,
     as the container's does, and its fresh HOME holds the image's shell start-up files (a login
     shell reads .profile, which reads .bashrc), never the agent's."""
-    task_dir = make_task(
-        "world",
-        test=None,
-        userland=None,
-        memory_mb=256,
-        solve=("echo 'echo planted > /app/ran-agents-profile' >> ~/.profile"),
-    )
-    (task_dir / "environment" / "Dockerfile").write_text(
-        "FROM debian:bookworm-slim\nWORKDIR /app\n"
-    )
-    (task_dir / "tests" / "test.sh").write_text("#!/bin/bash\n" + TASKS_WORLD)
-    record = _run(backend, load_task(task_dir), "strict", tmp_path / "run")
+    planted = "echo 'echo planted > /app/ran-agents-profile' >> ~/.profile"
+    task = _image_task(make_task, "world", "debian:bookworm-slim", TASKS_WORLD, solve=planted)
+    record = _run(backend, task, "strict", tmp_path / "run")
     assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED), record.error
     trial = tmp_path / "run" / "trials" / record.trial_key
     assert (trial / "logs" / "verifier" / "login.txt").read_text() == "from-bashrc\nhi\n"

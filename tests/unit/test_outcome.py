@@ -27,6 +27,16 @@ def test_every_reason_has_exactly_one_outcome() -> None:
         (PhaseLog(reward=0.0, evidence=Evidence(oom_kills=1)), Reason.OOM_KILLED),
         (PhaseLog(reward=0.0, evidence=Evidence(pids_max_hits=3)), Reason.PIDS_EXHAUSTED),
         (PhaseLog(reward=0.0, evidence=Evidence(storage_full=True)), Reason.STORAGE_EXHAUSTED),
+        (  # filled while the agent's processes wrote beside the grader: the tests decide
+            PhaseLog(reward=0.0, evidence=Evidence(storage_full=True), filled_beside="x"),
+            Reason.TESTS_FAILED,
+        ),
+        (  # and a kill at the memory ceiling beside it still is the ceiling's
+            PhaseLog(
+                reward=0.0, evidence=Evidence(storage_full=True, oom_kills=1), filled_beside="x"
+            ),
+            Reason.OOM_KILLED,
+        ),
         (PhaseLog(reward=0.0, agent=PhaseResult(timed_out=True)), Reason.AGENT_TIMEOUT),
         (PhaseLog(reward=0.0, verifier=PhaseResult(timed_out=True)), Reason.VERIFIER_TIMEOUT),
         (PhaseLog(error=errors.SandboxStartError("x")), Reason.SANDBOX_ERROR),

@@ -44,6 +44,8 @@ class PhaseLog:
     unbacked: str | None = None  # how the tests' own record contradicts the reward (verifier.py)
     tampered: tuple[str, ...] = ()  # what of the grader the agent changed (verifier.py)
     left_running: tuple[str, ...] = ()  # the agent's processes when grading began (verifier.py)
+    filled_beside: str | None = None  # the disk filled while the agent's processes ran beside
+    # the grader: not evidence outside the agent's reach (verifier.py)
     notes: tuple[str, ...] = ()  # what the agent left where the harness reads, and what was skipped
     imported: Imported | None = None  # a trial another harness ran: what it stored of itself
 
