@@ -20,7 +20,7 @@ import pytest
 
 from levelfield.policy import PRESETS, apply_policy
 from levelfield.records import Outcome, Reason, TrialRecord
-from levelfield.sandbox import BackendOptions, cgroups, get_backend, grader
+from levelfield.sandbox import BackendOptions, get_backend, grader
 from levelfield.sandbox import _held_apart as held_apart
 from levelfield.tasks import load_task
 
@@ -136,7 +136,6 @@ def test_memory_the_agent_holds_leaves_the_grader_its_whole_ceiling(
     assert leftovers("api-run", tmp_path / "run") == []
 
 
-@pytest.mark.cgroup2
 def test_a_leftover_past_its_bounds_while_held_is_killed_and_refused_alone(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
@@ -149,9 +148,7 @@ def test_a_leftover_past_its_bounds_while_held_is_killed_and_refused_alone(
     record = run_with_policy(task_dir, tmp_path / "run", policy)
     assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED)
     evidence = record.evidence
-    assert evidence.held_oom_kills >= 1, evidence
-    if cgroups.detect().version != 2:  # the v2 VM's kernel showed no refused fork in the
-        assert evidence.held_pids_max_hits >= 1, evidence  # held child's pids.events: open
+    assert evidence.held_oom_kills >= 1 and evidence.held_pids_max_hits >= 1, evidence
     assert evidence.oom_kills == 0 and evidence.pids_max_hits == 0, evidence
     assert any("theirs, not the grader's" in n for n in evidence.notes), evidence.notes
     assert leftovers("api-run", tmp_path / "run") == []
