@@ -97,7 +97,8 @@ def _apart(
     shipped = trees.digests(task.tests_dir)
     log = trial_dir / "verifier.log"
     offset = log.stat().st_size if log.exists() else 0
-    full_before = box.evidence().storage_full
+    # Only beside the agent's processes does a disk filling while the grader runs change a verdict.
+    full_before = box.evidence().storage_full if judge.view.leftovers else None
     phase = judge.run(TEST, timeout_s=task.verifier_timeout_s, log_path=log)
     filled = _filled_beside(box, judge, full_before)
     changed, added = tests_changes(shipped, judge.digests(TESTS_DIR))
@@ -133,11 +134,12 @@ def _apart(
     )
 
 
-def _filled_beside(box: Sandbox, judge: grader.Grader, full_before: bool) -> str | None:
+def _filled_beside(box: Sandbox, judge: grader.Grader, full_before: bool | None) -> str | None:
     """A trial's disk that filled while the grader ran, with the agent's processes writing
     beside it (they share the agent's work state, which the grader checks): no evidence outside
-    the agent's reach that the ceiling, rather than the agent, ended the tests."""
-    if full_before or not judge.view.leftovers or not box.evidence().storage_full:
+    the agent's reach that the ceiling, rather than the agent, ended the tests. `full_before`:
+    None where the agent left nothing running (nothing was read)."""
+    if full_before is not False or not box.evidence().storage_full:
         return None
     return (
         "the trial's disk filled while the grader ran, with processes the agent left running "

@@ -120,7 +120,7 @@ class HeldApart:
         ceiling = int(_read(level / "memory.limit_in_bytes"))
         if ceiling >= V1_UNLIMITED:
             return
-        (held / "memory.limit_in_bytes").write_text(str(_left(level, ceiling, "total_")))
+        (held / "memory.limit_in_bytes").write_text(str(_left(level, ceiling, v2=False)))
         memsw = level / "memory.memsw.limit_in_bytes"
         if memsw.exists() and int(_read(memsw)) < V1_UNLIMITED:
             self._raise(memsw, int(_read(memsw)) + ceiling)  # memsw may never be below memory
@@ -154,7 +154,7 @@ class HeldApart:
             (held / "cpu.max").write_text(f"{_share(int(quota))} {period}")
         ceiling = _read(level / "memory.max") if "memory" in given else "max"
         if ceiling != "max":
-            (held / "memory.max").write_text(str(_left(level, int(ceiling), "")))
+            (held / "memory.max").write_text(str(_left(level, int(ceiling), v2=True)))
             self._raise(level / "memory.max", 2 * int(ceiling))
         if "pids" in given:
             self._bound_pids(level, held)
@@ -201,9 +201,9 @@ class HeldApart:
         for child in self._made:
             if child.name != HELD:
                 continue
-            events = _keyed(child / ("memory.events" if self._v2 else "memory.oom_control"))
+            events = cgroups._keyed(child / ("memory.events" if self._v2 else "memory.oom_control"))
             oom += events.get("oom_kill", 0)
-            pids += _keyed(child / "pids.events").get("max", 0)
+            pids += cgroups._keyed(child / "pids.events").get("max", 0)
         self.oom_kills += oom
         self.pids_max_hits += pids
         if self.tally is not None:
@@ -237,13 +237,6 @@ def _read(path: Path) -> str:
     return path.read_text().strip()
 
 
-def _keyed(path: Path) -> dict[str, int]:
-    with contextlib.suppress(OSError):
-        pairs = (line.split() for line in path.read_text().splitlines())
-        return {p[0]: int(p[1]) for p in pairs if len(p) == 2 and p[1].isdigit()}
-    return {}
-
-
 def _usage_of(ceiling: Path) -> int | None:
     """What the trial uses of the ceiling in file `ceiling`; None where v1's kernel itself
     refuses a memory limit below the usage."""
@@ -259,11 +252,11 @@ def _has_memory_or_pids(level: Path) -> bool:
     return (level / "memory.limit_in_bytes").exists() or (level / "pids.max").exists()
 
 
-def _left(level: Path, ceiling: int, prefix: str) -> int:
+def _left(level: Path, ceiling: int, *, v2: bool) -> int:
     """What the agent has left of its memory ceiling: the ceiling less the trial's usage that
-    reclaim cannot take (all but the page cache of files)."""
-    usage_file = "memory.current" if not prefix else "memory.usage_in_bytes"
-    stat = _keyed(level / "memory.stat")
+    reclaim cannot take (all but the page cache of files; v1 names the hierarchy's `total_`)."""
+    usage_file, prefix = ("memory.current", "") if v2 else ("memory.usage_in_bytes", "total_")
+    stat = cgroups._keyed(level / "memory.stat")
     cache = stat.get(f"{prefix}active_file", 0) + stat.get(f"{prefix}inactive_file", 0)
     footprint = max(0, int(_read(level / usage_file)) - cache)
     return max(MIN_HELD_BYTES, ceiling - footprint)

@@ -78,13 +78,11 @@ class HeldTally:
     def apart(self, counters: Counters) -> Counters:
         if not (self.oom_kills or self.pids_max_hits):
             return counters
-        taken = self.counted_in_trial
+        oom, pids = (self.oom_kills, self.pids_max_hits) if self.counted_in_trial else (0, 0)
         return replace(
             counters,
-            oom_kills=max(0, counters.oom_kills - self.oom_kills) if taken else counters.oom_kills,
-            pids_max_hits=max(0, counters.pids_max_hits - self.pids_max_hits)
-            if taken
-            else counters.pids_max_hits,
+            oom_kills=max(0, counters.oom_kills - oom),
+            pids_max_hits=max(0, counters.pids_max_hits - pids),
             held_oom_kills=self.oom_kills,
             held_pids_max_hits=self.pids_max_hits,
         )

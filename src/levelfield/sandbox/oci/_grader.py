@@ -119,6 +119,8 @@ def grader_view(container: Container, scratch: Path) -> GraderView | None:
     if cgroup is None or not container.init_pid or not merged.is_dir():
         return None
     mounts = _mounts(container.inspected)
+    config = container.inspected.get("Config") or {}
+    env = dict(item.split("=", 1) for item in config.get("Env") or () if "=" in item)
     fds: list[int] = []
     try:
         root = _top_level(merged, mounts, fds)
@@ -130,14 +132,12 @@ def grader_view(container: Container, scratch: Path) -> GraderView | None:
         root += ["--bind", str(scratch / "etc"), "/etc"]
         notes += _python_hooks(merged, container.changes, layers, root)
         prelude = _shim(container.shim, root)
-        home = PurePosixPath(_image_env(container).get("HOME") or "/root")
+        home = PurePosixPath(env.get("HOME") or "/root")
         home_files = shell_start_up(lambda name: _image_bytes(layers, home / name))
     except BaseException:
         for fd in fds:
             os.close(fd)
         raise
-    config = container.inspected.get("Config") or {}
-    env = _image_env(container)
     pid = container.init_pid
     return GraderView(
         root=root,
@@ -157,11 +157,6 @@ def grader_view(container: Container, scratch: Path) -> GraderView | None:
         home_files=home_files,
         writable_root=True,
     )
-
-
-def _image_env(container: Container) -> dict[str, str]:
-    config = container.inspected.get("Config") or {}
-    return dict(item.split("=", 1) for item in config.get("Env") or () if "=" in item)
 
 
 def _image_bytes(layers: list[Path], path: PurePosixPath) -> bytes | None:
