@@ -60,7 +60,7 @@ def mini_agent_task(make_task: Callable[..., Path], *, agent_timeout: float) -> 
 def stored_count(run_dir: Path) -> int:
     """Trials committed so far, read while another process may be writing the run."""
     try:
-        with sqlite3.connect(run_dir / "run.db") as conn:
+        with sqlite3.connect(f"file:{run_dir / 'run.db'}?mode=ro", uri=True) as conn:
             return int(conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
     except sqlite3.Error:
         return 0

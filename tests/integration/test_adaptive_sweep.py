@@ -55,7 +55,7 @@ def _levelfield(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _records(out: Path) -> list[TrialRecord]:
-    with sqlite3.connect(out / "run.db") as conn:
+    with sqlite3.connect(f"file:{out / 'run.db'}?mode=ro", uri=True) as conn:
         rows = conn.execute("SELECT record FROM trials").fetchall()
     return [TrialRecord.model_validate_json(raw) for (raw,) in rows]
 
@@ -106,7 +106,7 @@ def test_adaptive_sweep_of_the_bundled_suite_stops_on_its_target(tmp_path: Path)
 
 def _rounds(out: Path) -> list[list[list[object]]]:
     try:
-        with sqlite3.connect(out / "run.db") as conn:
+        with sqlite3.connect(f"file:{out / 'run.db'}?mode=ro", uri=True) as conn:
             row = conn.execute("SELECT value FROM meta WHERE key = 'adaptive'").fetchone()
     except sqlite3.Error:
         return []
@@ -127,15 +127,25 @@ def test_a_killed_adaptive_sweep_resumes_the_same_allocation(
         "--policies", "strict", "--target-ci", "1pp", "--max-trials", "60", "--pilot-repeats", "3",
         "--no-report", "--out", str(out),
     ]  # fmt: skip
-    harness = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "killed.log"
+    with log.open("wb") as sink:  # a harness that stalls dumps its threads' stacks on SIGABRT
+        harness = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "PYTHONFAULTHANDLER": "1"})  # fmt: skip
     deadline = time.monotonic() + 240
-    while len(_rounds(out)) < 2 and time.monotonic() < deadline:
+    while len(_rounds(out)) < 2 and harness.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    os.kill(harness.pid, signal.SIGKILL)
+    stalled = harness.poll() is None and len(_rounds(out)) < 2
+    ps = ["ps", "-eo", "pid,ppid,stat,etime,args", "--forest"]
+    processes = subprocess.run(ps, capture_output=True, text=True).stdout if stalled else ""
+    os.kill(harness.pid, signal.SIGABRT if stalled else signal.SIGKILL)
     harness.wait()
     before = _rounds(out)
     interrupted = stored_count(out)
-    assert len(before) >= 2 and 18 < interrupted < 60, "killed too early or too late"
+    assert len(before) >= 2 and 18 < interrupted < 60, (
+        f"killed too early or too late: {len(before)} round(s), {interrupted} trial(s) stored, "
+        f"exit {harness.returncode}; its output: {log.read_text(errors='replace')[-6000:]}\n"
+        f"{processes[-6000:]}"
+    )
     resumed = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert "adaptive sweep stopped: budget spent" in resumed.stderr
@@ -148,6 +158,6 @@ def test_a_killed_adaptive_sweep_resumes_the_same_allocation(
     assert planned <= {(r.task, r.repeat) for r in records}
     coins = sum(1 for r in records if r.task.startswith("coin"))
     assert coins >= 60 - coins  # the uncertain tasks got the repeats
-    with sqlite3.connect(out / "run.db") as conn:
+    with sqlite3.connect(f"file:{out / 'run.db'}?mode=ro", uri=True) as conn:
         run_id = json.loads(conn.execute("SELECT value FROM meta WHERE key='run_id'").fetchone()[0])
     assert leftovers(run_id, out) == []
