@@ -307,11 +307,28 @@ ATTACKS = [
     Attack(
         "tests-plant",
         _background(
-            "for i in $(seq 400); do [ -d /tests ] && "
+            "for i in $(seq 400); do [ -f /tests/test.sh ] && "
             "echo 'import os' > /tests/conftest.py && echo ESCAPED; "
             f"sleep 0.05; done >> {WATCH} 2>&1"
         ),
         FAILED,
+        grader=GRADE_SOURCED,
+        extra_tests={"check.sh": GRADE_TXT},
+    ),
+    # The oci grader's root is the container's, one mount: its /tests is a mount on the
+    # container's own folder (made by the harness, so in the writable layer, which a rename may
+    # move: a folder of the image's meets EXDEV from overlay), which a leftover can move aside
+    # (the mount goes with the folder) and make again. The watch on the top of the root sees
+    # it; on process nothing moves.
+    Attack(
+        "tests-swapped-aside",
+        _background(
+            WHEN_HELD + "sleep 0.5; mv /tests /tests.aside && mkdir /tests && "
+            "echo 'echo 1 > /logs/verifier/reward.txt' > /tests/check.sh && "
+            f"echo SWAPPED >> {WATCH}"
+        ),
+        FAILED,
+        expect_oci=TAMPERED,
         grader=GRADE_SOURCED,
         extra_tests={"check.sh": GRADE_TXT},
     ),
@@ -320,8 +337,8 @@ ATTACKS = [
         "leftover-renames-reward",
         _background(
             "for i in $(seq 800); do "
-            '[ -e /tests ] && echo "ESCAPED saw /tests"; '
-            "for d in /proc/[0-9]*/root/tests; do [ -e $d ] && echo ESCAPED saw $d; done; "
+            '[ -e /tests/test.sh ] && echo "ESCAPED saw /tests"; '
+            "for d in /proc/[0-9]*/root/tests; do [ -e $d/test.sh ] && echo ESCAPED saw $d; done; "
             "echo 1 > /logs/verifier/.r && mv -f /logs/verifier/.r /logs/verifier/reward.txt; "
             f"sleep 0.02; done >> {WATCH} 2>&1"
         ),
@@ -545,11 +562,11 @@ for path in ["/logs/verifier", "/app", "/tmp", *glob.glob("/proc/[0-9]*/root/log
 end = time.time() + 40
 while time.time() < end:
     os.read(fd, 4096)
-    for d in ["/logs/verifier", *glob.glob("/proc/[0-9]*/root/tests")]:
-        if d.endswith("tests"):
+    for d in ["/logs/verifier", *glob.glob("/proc/[0-9]*/root/tests/test.sh")]:
+        if d.endswith("test.sh"):
             print("ESCAPED saw", d, flush=True)
         try:
-            open(d.replace("tests", "logs/verifier") + "/reward.txt", "w").write("1")
+            open(d.replace("tests/test.sh", "logs/verifier") + "/reward.txt", "w").write("1")
         except OSError:
             pass
 EOF"""
@@ -581,8 +598,8 @@ while time.time() < end:
                 print("ESCAPED traced the grader", pid, flush=True)
         for name in ("root/tests", "cwd"):
             try:
-                os.listdir(f"/proc/{pid}/{name}")
-                if name == "root/tests":
+                listed = os.listdir(f"/proc/{pid}/{name}")
+                if name == "root/tests" and "test.sh" in listed:
                     print("ESCAPED listed", pid, name, flush=True)
             except OSError:
                 pass
@@ -603,7 +620,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         subprocess.Popen(["bash", "-c", "for i in $(seq 200); do "
             "echo 1 > /logs/verifier/reward.txt; "
-            "for d in /proc/[0-9]*/root/tests; do [ -e $d ] && echo ESCAPED saw $d; done; "
+            "for d in /proc/[0-9]*/root/tests; do [ -e $d/test.sh ] && echo ESCAPED saw $d; done; "
             "sleep 0.01; done >> /logs/agent/watcher.log 2>&1"])
         self.send_response(200); self.end_headers(); self.wfile.write(b"41\n")
 http.server.HTTPServer(("0.0.0.0", 8000), Handler).serve_forever()

@@ -319,11 +319,16 @@ def test_the_graders_python_caches_its_bytecode_in_a_folder_of_its_own(
 
 
 # What Terminal-Bench 2.0's headless-terminal and path-tracing tests do: make a folder at the top
-# of the filesystem, and start a login shell that must read the .bashrc they appended to.
+# of the filesystem, and start a login shell that must read the .bashrc they appended to;
+# path-tracing-reverse's renames a file from /app to /tmp (os.rename: no copy on EXDEV). A file
+# the agent wrote at the top is the grader's to read; a pytest.ini it put there is not.
 TASKS_WORLD = """mkdir /server && echo hi > /server/index.html
 echo 'export SPECIAL=from-bashrc' >> "$HOME/.bashrc"
 bash -lic 'echo "$SPECIAL"' 2>/dev/null > /logs/verifier/login.txt
 cat /server/index.html >> /logs/verifier/login.txt
+perl -e 'rename("/app/mystery", "/tmp/mystery") or die "rename: $!\\n"' 2>> /logs/verifier/login.txt
+cat /tmp/mystery /answer.txt >> /logs/verifier/login.txt
+[ -s /pytest.ini ] && echo "the agent's pytest.ini" >> /logs/verifier/login.txt
 [ -e /app/ran-agents-profile ] && echo "the agent's .profile ran" >> /logs/verifier/login.txt
 echo 1 > /logs/verifier/reward.txt
 """
@@ -335,12 +340,30 @@ def test_the_graders_world_is_the_tasks_a_writable_root_and_the_images_home(
     """A right solution is not failed for the grader's furniture: its root takes a new folder,
     as the container's does, and its fresh HOME holds the image's shell start-up files (a login
     shell reads .profile, which reads .bashrc), never the agent's."""
-    planted = "echo 'echo planted > /app/ran-agents-profile' >> ~/.profile"
+    planted = ("echo 'echo planted > /app/ran-agents-profile' >> ~/.profile; "
+               "echo mystery > /app/mystery; echo 42 > /answer.txt; echo '[pytest]' > /pytest.ini")
     task = _image_task(make_task, "world", "debian:bookworm-slim", TASKS_WORLD, solve=planted)
-    record = _run(backend, task, "strict", tmp_path / "run")
+    # Uncapped: under a storage ceiling /app and /tmp are volumes of the ceiling's disk, apart
+    # in the container itself (_volumes.py), and the rename meets EXDEV there too.
+    record = _run(backend, task, "uncapped", tmp_path / "run")
     assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED), record.error
     trial = tmp_path / "run" / "trials" / record.trial_key
-    assert (trial / "logs" / "verifier" / "login.txt").read_text() == "from-bashrc\nhi\n"
+    said = (trial / "logs" / "verifier" / "login.txt").read_text()
+    assert said == "from-bashrc\nhi\nmystery\n42\n", said
+
+
+def test_a_link_where_the_grader_mounts_its_own_is_the_agents_doing(
+    make_task: MakeTask, backend: object, tmp_path: Path
+) -> None:
+    """The grader's root is the container's: a link the agent put at /tests, or at a test
+    runner's configuration name at the top, would lead the grader's mounts, or pytest, into the
+    agent's files. The grader does not start, and the trial is the agent's failure, not infra."""
+    solve = "mkdir -p /app/mine && ln -s /app/mine /tests && ln -s /app/mine/x.ini /pytest.ini"
+    task = _image_task(make_task, "linked", "debian:bookworm-slim", TASKS_WORLD, solve=solve)
+    record = _run(backend, task, "strict", tmp_path / "run")
+    assert (record.outcome, record.reason) == (Outcome.FAILED, Reason.GRADER_BROKEN), record.error
+    said = " | ".join(record.evidence.notes)
+    assert "because of the agent" in said and "where it mounts its own: /tests, /pytest.ini" in said, said
 
 
 @pytest.mark.slow

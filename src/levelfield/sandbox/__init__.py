@@ -111,6 +111,10 @@ class GraderView:
     # After the grader failed to start: which of its binds into the agent's folders the agent has
     # since put a link on the way of (its doing, not the harness's).
     linked: Callable[[], list[str]] = lambda: []
+    # oci: the container's root, the names at its top guarded while the grader runs, and of them
+    # the folders it mounts on (`_top_watch`); what the agent put there that it cannot start over.
+    top: tuple[Path, frozenset[str], frozenset[str]] | None = None
+    refused: tuple[str, ...] = ()
 
     def close(self) -> None:
         for fd in self.fds:

@@ -48,6 +48,7 @@ from levelfield.sandbox import (
     _processes,
     _seccomp,
     _signals,
+    _top_watch,
     _witness,
     cgroups,
     disks,
@@ -162,8 +163,11 @@ class Grader:
         start, never the agent's."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = _output.log_size(log_path)
+        if self.view.refused:
+            return self._refused(log_path)
         command = self._first(command)
         witness = self._witness()
+        watch = self._top_watch()
         block_read, block_write = os.pipe()
         try:
             with self._agent_held_apart() as held:
@@ -186,6 +190,8 @@ class Grader:
                 witness.stop()
                 self._intrusions += witness.intrusions()
                 self._notes += witness.notes()
+            if watch is not None:
+                self._intrusions += watch.stop()
         code, timed_out, duration_s, set_up = result
         if not set_up:
             self.setup_failure = _last_words(log_path, offset)
@@ -366,6 +372,27 @@ class Grader:
             "UV_NO_CONFIG": "1",
             "UV_NATIVE_TLS": "1",
         }
+
+    def _refused(self, log_path: Path) -> PhaseResult:
+        """The agent put a link where the grader mounts its own: test.sh is not started."""
+        why = f"a link stands where it mounts its own: {', '.join(self.view.refused)}"
+        said = f"levelfield: the grader did not start: {why}"
+        with log_path.open("a") as log:
+            log.write(said + "\n")
+        self.setup_failure = why
+        return PhaseResult(exit_code=None, signal=None, timed_out=False, duration_s=0.0,
+                           output_tail=said)  # fmt: skip
+
+    def _top_watch(self) -> _top_watch.TopWatch | None:
+        if self.view.top is None:
+            return None
+        watch = _top_watch.TopWatch(*self.view.top)
+        watch.start()
+        if watch.unavailable:
+            self._notes.append(f"the grader ran without the watch on its mount points: "
+                               f"{watch.unavailable}")  # fmt: skip
+            return None
+        return watch
 
     def _witness(self) -> _witness.Witness | None:
         names = {name: str(inside) for inside, (name, _) in LAYOUT.items()}

@@ -45,7 +45,9 @@ from levelfield.sandbox import (
 )
 from levelfield.sandbox.oci import _offline
 
-SKIPPED_TOP = frozenset({"proc", "sys", "dev", "run", "tests", "etc"})
+# The grader's own mounts at the top of the container's root (/tests and /logs/verifier from its
+# disk, /etc its copy, /proc, /dev, /sys and /run its own).
+MOUNTED_TOP = ("proc", "dev", "sys", "run", "etc", "tests", "logs")
 LOGS = PurePosixPath("/logs")
 SHIM = PurePosixPath(_offline.SHIM_UV_DIR).parent  # the container's own binds of the uv shim
 GRADER_SHIM = PurePosixPath("/run/levelfield-grader/shim")  # the grader's, out of the agent's tree
@@ -123,9 +125,9 @@ def grader_view(container: Container, scratch: Path) -> GraderView | None:
     env = dict(item.split("=", 1) for item in config.get("Env") or () if "=" in item)
     fds: list[int] = []
     try:
-        root = _top_level(merged, mounts, fds)
-        root += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
-        root += _bwrap.cgroup_view(cgroup.dirs)
+        root, watched, refused = _one_root(merged, mounts, container.changes, fds)
+        root += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run", "--tmpfs", "/sys"]
+        root += ["--tmpfs", "/logs", *_bwrap.cgroup_view(cgroup.dirs)]
         notes = _volumes_and_logs(merged, mounts, root, fds)
         layers = [Path(d) for d in (data.get("LowerDir") or "").split(":") if d]
         notes += _etc(merged, scratch / "etc", container, layers)
@@ -153,9 +155,11 @@ def grader_view(container: Container, scratch: Path) -> GraderView | None:
         leftovers=_processes.left_running(cgroup.pids(), net_pid=pid, init=pid),
         notes=tuple(notes),
         prelude=prelude,
-        linked=lambda: _now_linked(merged, root),
+        linked=lambda: refused or _now_linked(merged, root, watched),
         home_files=home_files,
         writable_root=True,
+        top=(merged, watched | TOP_CONFIG, watched),
+        refused=tuple(refused),
     )
 
 
@@ -180,28 +184,47 @@ def _mounts(inspected: Mapping[str, Any]) -> list[tuple[PurePosixPath, str, bool
     return sorted(found, key=lambda m: len(m[0].parts))
 
 
-def _top_level(
-    merged: Path, mounts: Sequence[tuple[PurePosixPath, str, bool]], fds: list[int]
-) -> list[str]:
-    """Each top-level entry of the container's root: a folder bound by descriptor, a link made
-    again as a link (resolved inside the grader's root, never the host's)."""
-    mounted = {dest.parts[1] for dest, _, _ in mounts if len(dest.parts) == 2}
-    root: list[str] = []
-    with os.scandir(merged) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            name = entry.name
-            if name in SKIPPED_TOP or name in mounted:
-                continue
-            if entry.is_symlink() and name not in TOP_CONFIG:
-                root += ["--symlink", os.readlink(entry.path), f"/{name}"]
-                continue
-            try:
-                fd = os.open(entry.path, O_PATH_DIR)
-            except OSError:  # not a folder (or swapped for a link meanwhile): not shown
-                continue
-            fds.append(fd)
-            root += ["--bind-fd", str(fd), f"/{name}"]
-    return root
+def _one_root(
+    merged: Path,
+    mounts: Sequence[tuple[PurePosixPath, str, bool]],
+    changes: list[tuple[str, int]] | None,
+    fds: list[int],
+) -> tuple[list[str], frozenset[str], list[str]]:
+    """The container's root as one mount (a rename from /app to /tmp works, as in the
+    container), the grader's own folders made on it where missing, and the test runners'
+    configuration the agent put at its top covered. Returns bubblewrap's arguments, the folders
+    at the top the grader mounts on (the watch guards them, and the configuration's names), and
+    what the agent put there that the grader cannot start over."""
+    fd = os.open(merged, O_PATH_DIR)
+    fds.append(fd)
+    own = set(MOUNTED_TOP) | {dest.parts[1] for dest, _, _ in mounts if len(dest.parts) == 2}
+    refused = [f"/{name}" for name in sorted(own) if not _top_folder(fd, name)]
+    root = ["--bind-fd", str(fd), "/"]
+    added = {path for path, kind in changes or () if kind in (CHANGED, ADDED)}
+    for name in sorted(TOP_CONFIG):
+        if f"/{name}" not in added:
+            continue  # the image's own, or none: the tests meet what the task shipped
+        try:
+            mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+        except OSError:
+            continue
+        if stat.S_ISLNK(mode):
+            refused.append(f"/{name}")
+        else:
+            root += ["--tmpfs", f"/{name}"] if stat.S_ISDIR(mode) else ["--ro-bind", "/dev/null",
+                                                                         f"/{name}"]  # fmt: skip
+    return root, frozenset(own), refused
+
+
+def _top_folder(root_fd: int, name: str) -> bool:
+    """`name` at the top of the container's root is a folder (made here where missing, so that
+    no mount point comes to be while the watch stands), never a link."""
+    with contextlib.suppress(FileExistsError, OSError):
+        os.mkdir(name, 0o755, dir_fd=root_fd)
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=root_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def _volumes_and_logs(
@@ -407,11 +430,14 @@ def _installed(merged: Path, site: PurePosixPath) -> set[str]:
     return listed
 
 
-def _now_linked(merged: Path, root: list[str]) -> list[str]:
-    """After the grader failed to start: which of its binds into the agent's folders now have a
-    link on their way (the agent's doing, racing the grader's start)."""
-    dests = [PurePosixPath(root[i + 2]) for i, a in enumerate(root) if a in ("--bind", "--ro-bind")]
-    return [str(d) for d in dests if len(d.parts) > 2 and _linked(merged, d, itself=True)]
+def _now_linked(merged: Path, root: list[str], top: frozenset[str]) -> list[str]:
+    """After the grader failed to start: which of its mount points in the agent's folders now
+    are, or have on their way, a link (the agent's doing, racing the grader's start)."""
+    binds = ("--bind", "--ro-bind", "--tmpfs")
+    dests = {PurePosixPath(root[i + (1 if a == "--tmpfs" else 2)])
+             for i, a in enumerate(root) if a in binds}  # fmt: skip
+    dests |= {PurePosixPath("/", name) for name in top}
+    return sorted(str(d) for d in dests if len(d.parts) > 1 and _linked(merged, d, itself=True))
 
 
 def _in_image(layers: list[Path], path: PurePosixPath) -> Path | None:
