@@ -111,22 +111,29 @@ def test_a_library_the_agent_added_to_a_python_it_installed_is_its_own(tmp_path:
     assert image and not apt
 
 
-def test_top_level_config_links_are_not_made_again_for_the_grader(tmp_path: Path) -> None:
+def test_the_root_is_one_mount_with_the_agents_top_level_config_covered(tmp_path: Path) -> None:
+    """The container's root is bound once; a test runner's configuration the agent wrote at the
+    top is covered (a file by /dev/null, a folder by a tmpfs), one the image shipped is not, a
+    link there or at a folder the grader mounts on is refused, and a missing one is made."""
     merged = tmp_path / "merged"
-    (merged / "usr" / "bin").mkdir(parents=True)
-    (merged / "app").mkdir()
-    (merged / "bin").symlink_to("usr/bin")
-    (merged / "pytest.ini").symlink_to("/app/agent.ini")
-    (merged / "pyproject.toml").symlink_to("/app/pyproject.toml")
+    for name in ("usr", "app", "proc", "dev", "sys", "run", "logs"):
+        (merged / name).mkdir(parents=True)
+    (merged / "etc").symlink_to("app")
+    (merged / "pytest.ini").write_text("[pytest]\n")
+    (merged / "conftest.py").mkdir()
+    (merged / "setup.cfg").write_text("[tool:pytest]\n")  # the image's
+    (merged / "tox.ini").symlink_to("/app/agent.ini")
+    changes = [("/pytest.ini", 1), ("/conftest.py", 1), ("/tox.ini", 1), ("/etc", 0)]
     fds: list[int] = []
     try:
-        root = _grader._top_level(merged, [], fds)
+        root, folders, refused = _grader._one_root(merged, [], changes, fds)
     finally:
         for fd in fds:
             os.close(fd)
-    links = [root[i + 2] for i, arg in enumerate(root) if arg == "--symlink"]
-    assert links == ["/bin"]
-    assert "/app" in root and "/usr" in root
+    assert root[:3] == ["--bind-fd", root[1], "/"] and len(fds) == 1
+    assert root[3:] == ["--tmpfs", "/conftest.py", "--ro-bind", "/dev/null", "/pytest.ini"]
+    assert refused == ["/etc", "/tox.ini"]
+    assert (merged / "tests").is_dir() and "tests" in folders and "etc" in folders
 
 
 def test_addresses_read_as_the_kernel_writes_them() -> None:
