@@ -258,7 +258,9 @@ def test_the_listener_is_on_the_loopback_of_the_sandboxs_namespace_only(
         outside = subprocess.run(
             [sys.executable, "-c", probe, relay.token], capture_output=True, text=True, timeout=60
         )
-        assert outside.returncode != 0 and "refused" in outside.stderr.lower()
+        # Refused, unless another process of the host holds that port number on its own
+        # loopback: the relay's own count below says the probe never reached it.
+        assert outside.returncode != 0, outside.stdout
     finally:
         holder.kill()
         holder.wait()
