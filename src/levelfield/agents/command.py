@@ -345,7 +345,9 @@ class CommandAgent:
             ) as api:
                 env = {**network, **self.environment(task, api.environment(self.key_envs()))}
                 run = self._run(box, task, env, timeout_s, trial_dir)
-                calls = tuple(api.proxy.calls)  # each as what it was, those in flight cut short
+        # Read once the proxy has stopped listening: a call a process of the agent's made after
+        # its phase ended, before the proxy closed, was answered and is the trial's to count.
+        calls = tuple(api.proxy.calls)  # each as what it was, those in flight cut short
         steps = tuple(api.proxy.trajectory()) or run.steps  # the tool calls, as the proxy saw them
         return replace(run, steps=steps, api_calls=calls)
 
