@@ -210,16 +210,17 @@ def _one_root(
             continue
         if stat.S_ISLNK(mode):
             refused.append(f"/{name}")
+        elif stat.S_ISDIR(mode):
+            root += ["--tmpfs", f"/{name}"]
         else:
-            root += ["--tmpfs", f"/{name}"] if stat.S_ISDIR(mode) else ["--ro-bind", "/dev/null",
-                                                                         f"/{name}"]  # fmt: skip
+            root += ["--ro-bind", "/dev/null", f"/{name}"]
     return root, frozenset(own), refused
 
 
 def _top_folder(root_fd: int, name: str) -> bool:
     """`name` at the top of the container's root is a folder (made here where missing, so that
     no mount point comes to be while the watch stands), never a link."""
-    with contextlib.suppress(FileExistsError, OSError):
+    with contextlib.suppress(OSError):  # there already, most often
         os.mkdir(name, 0o755, dir_fd=root_fd)
     try:
         return stat.S_ISDIR(os.stat(name, dir_fd=root_fd, follow_symlinks=False).st_mode)
