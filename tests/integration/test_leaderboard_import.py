@@ -20,9 +20,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from levelfield.analysis import table_cache
 from levelfield.analysis._tidy import rates_of
-from levelfield.analysis.table import load_run
+from levelfield.analysis.table import load_run, trials_frame
 from levelfield.cli.app import app
+from levelfield.store import reading
 
 pytestmark = pytest.mark.slow
 
@@ -92,12 +94,17 @@ def two_runs(tb2_leaderboard: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def test_every_trial_file_is_a_record_that_loads(
-    trials: pd.DataFrame, raw: dict[str, list[dict[str, Any]]]
+    imported: tuple[Path, str], trials: pd.DataFrame, raw: dict[str, list[dict[str, Any]]]
 ) -> None:
-    """The import writes records without building them as models: each must load (the
-    `trials` fixture reads every one through the store's validation)."""
-    assert len(trials) == sum(map(len, raw.values()))
+    """The import writes records without building them as models, and its table from the
+    records it holds, unvalidated: each record must load through the store's validation, and
+    the table the command left must be the table of the validated models, row for row."""
+    assert (imported[0] / table_cache.CACHE_NAME).is_file()
+    with reading(imported[0]) as store:
+        records = list(store.records())
+    assert len(records) == len(trials) == sum(map(len, raw.values()))
     assert trials.trial_key.is_unique
+    pd.testing.assert_frame_equal(trials, trials_frame(records))
 
 
 def test_every_score_is_the_leaderboards_own(

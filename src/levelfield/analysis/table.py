@@ -8,6 +8,7 @@ later attempt) keep only their last attempt here; the store keeps both.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,8 +17,14 @@ from typing import Any
 import pandas as pd
 
 from levelfield.analysis import table_cache
-from levelfield.records import KILLED_CAUSE_UNKNOWN, UNCLASSIFIED, TrialRecord
-from levelfield.store import reading
+from levelfield.records import (
+    DEFAULT_WINDOW,
+    KILLED_CAUSE_UNKNOWN,
+    UNCLASSIFIED,
+    Evidence,
+    TrialRecord,
+)
+from levelfield.store import reading, without_cycle_collection
 
 
 @dataclass(frozen=True)
@@ -28,34 +35,64 @@ class RunData:
 
 def load_run(run_dir: Path) -> RunData:
     """The run's metadata and tidy table. The table is kept in RUN/table-cache.npz for the
-    store's current content (table_cache.py): a leaderboard's 24,000 records take seconds to
-    validate, the cached table a tenth of one."""
+    store's current content (table_cache.py): a leaderboard's 24,000 records take a second to
+    read, the cached table a tenth of one."""
     run_dir = Path(run_dir)
     with reading(run_dir) as store:
         info = store.meta()
         version = store.version()
         frame = table_cache.read(run_dir, version)
         if frame is None:
-            frame = trials_frame(list(store.records()))
+            with without_cycle_collection():
+                frame = frame_of_documents(list(store.documents()))
             table_cache.write(run_dir, version, frame)
     info.setdefault("run_dir", str(run_dir.resolve()))
     return RunData(info, frame)
 
 
-def trials_frame(records: list[TrialRecord]) -> pd.DataFrame:
-    latest = _last_attempts(records)
-    rows = [_row(r) for r in latest]
+def prepare(run_dir: Path, documents: list[dict[str, Any]]) -> None:
+    """Cache the table of a run whose whole content is `documents`, the records as stored
+    (an import into a new run holds them): the same table `load_run` builds from the store,
+    without reading 24,000 records back. Records of others in the store meanwhile: read back."""
+    with reading(run_dir) as store:
+        version = store.version()
+    if version[0] != len(documents):
+        load_run(run_dir)
+        return
+    with without_cycle_collection():  # the store's order: load_run's rows are the same rows
+        ordered = sorted(documents, key=_finished_at)
+        table_cache.write(run_dir, version, frame_of_documents(ordered))
+
+
+def _finished_at(document: dict[str, Any]) -> str:
+    return document["finished_at"]
+
+
+def trials_frame(records: Iterable[TrialRecord]) -> pd.DataFrame:
+    """The table of records in hand (a run's are read by `load_run`)."""
+    return frame_of_documents([r.model_dump(mode="json") for r in records])
+
+
+def frame_of_documents(documents: list[dict[str, Any]]) -> pd.DataFrame:
+    """The table of records in their stored JSON form. The store holds only records that
+    validated as they were written (`row_of`; the Harbor import builds its own from values of
+    known types, tests/integration/test_leaderboard_import.py checks this table against the
+    validated one), so they are read without validating each again: that was most of the
+    table's cost on a leaderboard. A field a record leaves out has its model's default."""
+    latest = _last_attempts(documents)
+    rows = [_row(d) for d in latest]
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
-    if any(r.limits_disclosed for r in latest):  # a factor only in runs that varied it
-        frame["limits_disclosed"] = ["on" if r.limits_disclosed else "off" for r in latest]
+    if any(d.get("limits_disclosed") for d in latest):  # a factor only in runs that varied it
+        frame["limits_disclosed"] = ["on" if d.get("limits_disclosed") else "off" for d in latest]
     return frame.astype({"repeat": "int64"}) if not frame.empty else frame
 
 
-def _last_attempts(records: list[TrialRecord]) -> list[TrialRecord]:
-    latest: dict[str, TrialRecord] = {}
-    for record in records:
-        if record.trial_key not in latest or record.attempt > latest[record.trial_key].attempt:
-            latest[record.trial_key] = record
+def _last_attempts(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    latest: dict[str, dict[str, Any]] = {}
+    for document in documents:
+        key, attempt = document["trial_key"], document.get("attempt", 1)
+        if key not in latest or attempt > latest[key].get("attempt", 1):
+            latest[key] = document
     return list(latest.values())
 
 
@@ -130,93 +167,109 @@ COLUMNS = (
 )
 
 
-def _row(r: TrialRecord) -> dict[str, Any]:
-    e, h, limits = r.evidence, r.telemetry.host, r.limits
+# The defaults of what a stored record may leave out (a Harbor import writes only what differs).
+_EVIDENCE = Evidence().model_dump(mode="json")
+
+
+def _row(r: dict[str, Any]) -> dict[str, Any]:
+    e, telemetry, limits = {**_EVIDENCE, **r["evidence"]}, r["telemetry"], r["limits"]
+    h = telemetry["host"]
     # None is a ceiling of "none" (uncapped); no key at all is a run that did not know its
     # ceiling (an import), which the reports show as "unknown"
     ceiling = limits.get("memory_ceiling_multiple", math.nan)
-    calls = r.api_calls
-    latencies = [c.latency_s for c in calls if c.outcome == "ok"]
+    calls = r.get("api_calls") or ()
+    latencies = [c["latency_s"] for c in calls if c["outcome"] == "ok"]
+    image, harbor, phase_s = r.get("image"), r.get("harbor"), telemetry.get("phase_s") or {}
+    notes = e["notes"]
     return {
-        "trial_key": r.trial_key,
-        "task": r.task,
-        "agent": r.agent,
-        "policy": r.policy,
-        "repeat": r.repeat,
-        "window": r.window,
-        "attempt": r.attempt,
-        "concurrency": r.concurrency,
-        "status": r.outcome.value,
-        "reason": r.reason.value,
-        "reward": r.reward,
-        "backend": r.backend,
-        "image": r.image.name if r.image else None,
-        "image_digest": r.image.digest if r.image else None,
-        "image_source": r.image.source if r.image else None,
+        "trial_key": r["trial_key"],
+        "task": r["task"],
+        "agent": r["agent"],
+        "policy": r["policy"],
+        "repeat": r["repeat"],
+        "window": r.get("window", DEFAULT_WINDOW),
+        "attempt": r.get("attempt", 1),
+        "concurrency": r.get("concurrency", 1),
+        "status": r["outcome"],
+        "reason": r["reason"],
+        "reward": _float(r.get("reward")),
+        "backend": r["backend"],
+        "image": image["name"] if image else None,
+        "image_digest": image["digest"] if image else None,
+        "image_source": image["source"] if image else None,
         "memory_spec_bytes": limits.get("memory_spec_bytes"),
         "memory_floor_multiple": limits.get("memory_floor_multiple"),
         "memory_ceiling_multiple": math.inf if ceiling is None else float(ceiling),
         "memory_ceiling_bytes": limits.get("memory_ceiling_bytes"),
         "cpu_ceiling": limits.get("cpu_ceiling"),
-        "peak_memory_bytes": e.memory_peak_bytes,
-        "oom_kills": e.oom_kills,
-        "memory_failcnt": e.memory_failcnt,
-        "pids_max_hits": e.pids_max_hits,
-        "storage_full": e.storage_full,
-        "killed_cause_unknown": any(n.startswith(KILLED_CAUSE_UNKNOWN) for n in e.notes),
+        "peak_memory_bytes": e["memory_peak_bytes"],
+        "oom_kills": e["oom_kills"],
+        "memory_failcnt": e["memory_failcnt"],
+        "pids_max_hits": e["pids_max_hits"],
+        "storage_full": e["storage_full"],
+        "killed_cause_unknown": any(n.startswith(KILLED_CAUSE_UNKNOWN) for n in notes),
         # an imported infra error that only an unclassified exception made one
-        "unclassified": any(n.startswith(UNCLASSIFIED) for n in e.notes),
-        "cpu_throttled_s": e.cpu_throttled_s,
-        "cpu_throttled_periods": e.cpu_throttled_periods,
-        "cpu_usage_s": e.cpu_usage_s,
-        "duration_s": r.duration_s,
-        "agent_s": r.telemetry.phase_s.get("agent"),
-        "verifier_s": r.telemetry.phase_s.get("verifier"),
-        "started_at": r.started_at,
-        "local_hour": h.local_hour,
-        "trials_in_flight": h.trials_in_flight,
-        "host_load1": h.load1,
-        "host_free_memory_bytes": h.free_memory_bytes,
-        "host_id": h.host_id,
-        "node": h.node or h.host_id,
+        "unclassified": any(n.startswith(UNCLASSIFIED) for n in notes),
+        "cpu_throttled_s": float(e["cpu_throttled_s"]),
+        "cpu_throttled_periods": e["cpu_throttled_periods"],
+        "cpu_usage_s": _float(e["cpu_usage_s"]),
+        "duration_s": float(r["duration_s"]),
+        "agent_s": _float(phase_s.get("agent")),
+        "verifier_s": _float(phase_s.get("verifier")),
+        "started_at": r["started_at"],
+        "local_hour": h["local_hour"],
+        "trials_in_flight": h["trials_in_flight"],
+        "host_load1": _float(h.get("load1")),
+        "host_free_memory_bytes": h["free_memory_bytes"],
+        "host_id": h["host_id"],
+        "node": h.get("node") or h["host_id"],
         # Where an imported trial ran (Harbor's docker, daytona, modal...); our own: the backend.
-        "sandbox_provider": r.harbor.sandbox_provider if r.harbor else r.backend,
-        "harbor_agent": r.harbor.agent_name if r.harbor else None,
-        "harbor_model": r.harbor.model if r.harbor else None,
-        "error": r.error,
+        "sandbox_provider": harbor.get("sandbox_provider") if harbor else r["backend"],
+        "harbor_agent": harbor.get("agent_name") if harbor else None,
+        "harbor_model": harbor.get("model") if harbor else None,
+        "error": r.get("error"),
         "api_calls": len(calls),
         "api_latency_s": sum(latencies) / len(latencies) if latencies else None,
-        "api_retries": sum(1 for c in calls if c.attempt > 1),
-        "api_rate_limited": sum(1 for c in calls if c.outcome == "rate_limited"),
-        "trajectory": r.trajectory,
-        "tokens_in": r.tokens_in,
-        "tokens_out": r.tokens_out,
-        "cost_usd": r.cost_usd,
-        **_hidden_columns(r),
+        "api_retries": sum(1 for c in calls if c["attempt"] > 1),
+        "api_rate_limited": sum(1 for c in calls if c["outcome"] == "rate_limited"),
+        "trajectory": r.get("trajectory"),
+        "tokens_in": r.get("tokens_in"),
+        "tokens_out": r.get("tokens_out"),
+        "cost_usd": _float(r.get("cost_usd")),
+        **_hidden_columns(r, telemetry, h),
     }
 
 
-def _hidden_columns(r: TrialRecord) -> dict[str, Any]:
+def _float(value: Any) -> float | None:
+    """A float field as its model holds it: JSON may write a whole number without its point."""
+    return None if value is None else float(value)
+
+
+def _hidden_columns(
+    r: dict[str, Any], telemetry: dict[str, Any], host: dict[str, Any]
+) -> dict[str, Any]:
     """Pressure is the share of the trial's wall time with some work stalled (PSI `some`), in
     percent; steal likewise. Absent readings are None, never 0: a kernel without PSI is not a
     healthy host."""
-    network = r.telemetry.network.get("trial")
-    health = r.telemetry.health
-    probe = r.telemetry.host.index_probe
+    network = (telemetry.get("network") or {}).get("trial")
+    health = telemetry.get("health")
+    probe = host.get("index_probe")
     row: dict[str, Any] = {
-        "weekday": datetime.fromisoformat(r.started_at).astimezone(UTC).strftime("%a"),
-        "net_rx_bytes": network.rx_bytes if network else None,
-        "net_tx_bytes": network.tx_bytes if network else None,
-        "net_busy_s": network.busy_s if network else None,
-        "net_throughput_bps": network.throughput_bps if network else None,
-        "index_probe_bps": probe.throughput_bps if probe else None,
+        "weekday": datetime.fromisoformat(r["started_at"]).astimezone(UTC).strftime("%a"),
+        "net_rx_bytes": network.get("rx_bytes", 0) if network else None,
+        "net_tx_bytes": network.get("tx_bytes", 0) if network else None,
+        "net_busy_s": float(network.get("busy_s", 0.0)) if network else None,
+        "net_throughput_bps": _float(network.get("throughput_bps")) if network else None,
+        "index_probe_bps": _float(probe.get("throughput_bps")) if probe else None,
         "steal_pct": None,
-        "admission_wait_s": health.admission_wait_s if health else None,
+        "admission_wait_s": _float(health.get("admission_wait_s")) if health else None,
     }
+    pressure = (health.get("host_pressure") or {}) if health else {}
     for resource in ("cpu", "memory", "io"):
-        use = health.host_pressure.get(resource) if health else None
-        share = use.some_stall_s / use.over_s if use and use.over_s > 0 else None
+        use = pressure.get(resource)
+        over = use.get("over_s", 0.0) if use else 0.0
+        share = use["some_stall_s"] / over if use and over > 0 else None
         row[f"{resource}_pressure_pct"] = None if share is None else 100 * share
-    if health is not None and health.steal_share is not None:
-        row["steal_pct"] = 100 * health.steal_share
+    if health is not None and health.get("steal_share") is not None:
+        row["steal_pct"] = 100 * health["steal_share"]
     return row

@@ -62,7 +62,7 @@ def write(run_dir: Path, version: tuple[int, int], frame: pd.DataFrame) -> None:
         if column.dtype.kind in "biuf":
             arrays[name] = column.to_numpy()
         else:
-            texts[name] = [None if _missing(v) else v for v in column.tolist()]
+            texts[name] = column.astype(object).where(column.notna(), None).tolist()
     head = {
         "version": list(version),
         "code": code_version(),
@@ -84,7 +84,3 @@ def write(run_dir: Path, version: tuple[int, int], frame: pd.DataFrame) -> None:
 def _utf8(value: object) -> np.ndarray:
     """JSON as bytes: NumPy would store a str as UTF-32, four times the size."""
     return np.frombuffer(json.dumps(value).encode(), dtype=np.uint8)
-
-
-def _missing(value: object) -> bool:
-    return value is None or (isinstance(value, float) and value != value)

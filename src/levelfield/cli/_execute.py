@@ -5,13 +5,15 @@
 from __future__ import annotations
 
 import signal
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
 from levelfield.cli._console import err
 from levelfield.cli._options import parse_points
-from levelfield.config import RunConfig
+
+if TYPE_CHECKING:  # the commands that run nothing start without the configuration's models
+    from levelfield.config import RunConfig
 
 
 def execute(cfg: RunConfig) -> None:

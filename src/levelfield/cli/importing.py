@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -49,7 +49,7 @@ def harbor(
         )
         if result.imported:
             progress.update(bar, description="preparing the analysis table")
-            _prepare_table(out)
+            _prepare_table(out, result.documents)
     _show(result)
 
 
@@ -117,13 +117,17 @@ def _finish(result: _Imported, out: Path, *, of: str) -> None:
     )
 
 
-def _prepare_table(out: Path) -> None:
+def _prepare_table(out: Path, documents: list[dict[str, Any]] | None = None) -> None:
     """Build the run's tidy table now (analysis/table_cache.py), while the import has the
     user's attention: every `report`, `compare` and `leaderboard` after it then starts from
-    the cached table instead of validating tens of thousands of records."""
-    from levelfield.analysis.table import load_run
+    the cached table instead of reading tens of thousands of records. An import into a new
+    run gives its records, as stored, and they are not read back."""
+    from levelfield.analysis.table import load_run, prepare
 
-    load_run(out)
+    if documents:
+        prepare(out, documents)
+    else:
+        load_run(out)
 
 
 def _show(result: ImportResult) -> None:

@@ -7,20 +7,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from levelfield.agents import AgentOptions
-from levelfield.campaign import (
-    CampaignSpec,
-    Event,
-    cron_line,
-    describe_wait,
-    parse_duration,
-    run_campaign,
-    systemd_units,
-)
 from levelfield.cli._console import bad_input, console, err, load_run_dir, show_adaptive_sections
 from levelfield.cli._execute import execute, execute_adaptive, stop_on_sigterm
 from levelfield.cli._options import (
@@ -49,8 +39,9 @@ from levelfield.cli._options import (
     choice,
     key_values,
 )
-from levelfield.config import RunConfig, load_run_config
-from levelfield.records import ModelBudget
+
+if TYPE_CHECKING:  # imported where they are used: `levelfield report` need not load them
+    from levelfield.campaign import Event
 
 PRINT_FLAGS = ("--print-systemd-timer", "--print-cron", "--once")
 
@@ -149,6 +140,10 @@ def run(
     max_cost_per_trial: MaxCost = None,
 ) -> None:
     """Run every task under each policy. Safe to interrupt: run the same command to resume."""
+    from levelfield.agents import AgentOptions
+    from levelfield.config import RunConfig, load_run_config
+    from levelfield.records import ModelBudget
+
     choice(agent_install_mode, ("sandbox", "mounted"), "--agent-install-mode")
     choice(disclose_limits, ("off", "on", "both"), "--disclose-limits")
     agent_options = AgentOptions(
@@ -238,6 +233,10 @@ def sweep(
 ) -> None:
     """Every agent under every policy, interleaved in a seeded order; then the report. With
     --target-ci, adaptively: a pilot, then repeats where the CI needs them, until it is narrow."""
+    from levelfield.agents import AgentOptions
+    from levelfield.config import RunConfig
+    from levelfield.records import ModelBudget
+
     choice(disclose_limits, ("off", "on", "both"), "--disclose-limits")
     levels = [int(x) for x in concurrency_levels.split(",")] if concurrency_levels else None
     cfg = RunConfig(
@@ -320,6 +319,9 @@ def campaign(
     """Run the same sweep as a new time window every --every, --windows times, sleeping in
     between. Windows are labelled `<UTC date>T<hour>`. Kill it at any point and run the same
     command again: it picks up the schedule and never runs a window twice."""
+    from levelfield.campaign import CampaignSpec, parse_duration, run_campaign
+    from levelfield.config import RunConfig
+
     every_s = parse_duration(every)
     spec = CampaignSpec(
         every_s,
@@ -349,6 +351,8 @@ def campaign(
 
 
 def _announcer(out: Path, windows: int) -> Callable[[Event], None]:
+    from levelfield.campaign import describe_wait
+
     def announce(event: Event) -> None:
         slot = f"window {event.label} (slot {event.index + 1} of {windows})"
         if event.kind == "waiting":
@@ -372,6 +376,8 @@ def _announcer(out: Path, windows: int) -> Callable[[Event], None]:
 
 def _schedule_text(every_s: float, out: Path, *, systemd: bool) -> str:
     """The same command with --once instead of the print flags, as the system should run it."""
+    from levelfield.campaign import cron_line, systemd_units
+
     args = [a for a in sys.argv[1:] if a not in PRINT_FLAGS]
     argv = [sys.executable, "-m", "levelfield", *args, "--once"]
     workdir = Path.cwd()

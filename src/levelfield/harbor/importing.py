@@ -18,9 +18,7 @@ folder). A folder not read is named too (a symlink to a folder read already, a b
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import os
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -30,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 
 from levelfield.errors import InputError
 from levelfield.harbor import layout
@@ -49,7 +47,7 @@ from levelfield.harbor.trial_file import (
 )
 from levelfield.plan import trial_key
 from levelfield.records import DEFAULT_WINDOW, Outcome, Reason, TrialRecord
-from levelfield.store import Row, Store, row_of
+from levelfield.store import Row, Store, row_of, without_cycle_collection
 from levelfield.tb1 import tb1_folders
 
 IMPORTED_POLICY = "imported"
@@ -83,6 +81,9 @@ class ImportResult:
     job_summaries: int = 0
     folders_skipped: tuple[str, ...] = ()
     submissions_skipped: dict[str, str] = field(default_factory=dict)  # folder → why
+    # The records stored, as stored, when they are the run's whole content (a new run): its
+    # table is built from them (analysis.table.prepare) instead of reading them back.
+    documents: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
 
 @dataclass(slots=True)
@@ -95,6 +96,8 @@ class _Tally:
     folders_skipped: list[str] = field(default_factory=list)
     outcome: Counter[str] = field(default_factory=Counter)  # "new", "already"
     summary_dirs: set[str] = field(default_factory=set)  # folders of the job summaries
+    documents: list[dict[str, Any]] = field(default_factory=list)  # the new records, as stored
+    other_files: list[str] = field(default_factory=list)  # in folders that hold no trial
     submissions_skipped: dict[str, str] = field(default_factory=dict)  # folder → why
 
 
@@ -110,9 +113,9 @@ def import_harbor(
     layout.check_label(list(paths), label)
     check_paths(paths)
     tally = _Tally()
-    with _without_cycle_collection():
+    with without_cycle_collection():
         found = [t for p in paths for t in _read_path(Path(p), label, tally, on_progress)]
-        tb1 = [f for p in paths for f in tb1_folders(Path(p))]
+        tb1 = tb1_folders(tally.other_files)
         if not found:
             where = ", ".join(map(str, paths))
             if tb1:
@@ -137,6 +140,7 @@ def import_harbor(
             stored = store.stored_keys()
             store.commit_rows(_new_rows(found, run_id, stored, tally))
             store.set_meta(_meta(meta, run_id, paths, set(by_label), flags, tally))
+            whole = not stored
     return ImportResult(
         out,
         tally.outcome["new"],
@@ -148,6 +152,7 @@ def import_harbor(
         tally.job_summaries,
         tuple(tally.folders_skipped),
         dict(tally.submissions_skipped),
+        tally.documents if whole else [],
     )
 
 
@@ -169,21 +174,6 @@ def check_paths(paths: Sequence[Path]) -> None:
                     f"{paths[i]} lies inside {paths[j]}, which is imported whole: give one of "
                     "them, or its trials would be read twice under two labels"
                 )
-
-
-@contextlib.contextmanager
-def _without_cycle_collection() -> Iterator[None]:
-    """An import holds every trial it read until it commits: hundreds of thousands of dicts
-    that form no cycle. Python's cycle collector would walk them all again at each full
-    collection (on the shared leaderboard that cost 5-10x the validation's own time); plain
-    reference counting frees all of it."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def import_harbor_job(job_dir: Path, out: Path) -> ImportResult:
@@ -225,7 +215,7 @@ def _read_path(
     def skip(folder: str, why: str) -> None:
         tally.folders_skipped.append(f"{folder}: {why}")
 
-    found = list(layout.walk_trials(root, read, skip))
+    found = list(layout.walk_trials(root, read, skip, tally.other_files))
     if not found:
         return []
     shape = layout.shape_of(found)
@@ -348,6 +338,7 @@ def _new_rows(found: list[Labelled], run_id: str, stored: set[str], tally: _Tall
             except ValidationError as exc:
                 tally.skipped.append(f"{item.label}/{item.within}: {exc}")
                 continue
+            tally.documents.append(plain if fields is plain else from_json(row.record))
             tally.outcome["new"] += 1
             yield row
 

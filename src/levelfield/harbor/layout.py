@@ -49,6 +49,7 @@ def walk_trials(
     root: Path,
     read: Callable[[str, list[str]], T | None],
     skip: Callable[[str, str], None],
+    other_files: list[str] | None = None,
 ) -> Iterator[Found[T]]:
     """Every folder under `root` holding a result.json that `read` accepts as a trial (it gets
     the folder and its sub-folders' names, and returns None for a job's summary or a file it
@@ -60,11 +61,14 @@ def walk_trials(
     link's path (a leaderboard's `Sub -> /elsewhere/Sub` is the submission `Sub`). One that
     leads to a folder read already (a second name for it, a loop) is not read twice, and
     `skip(path, why)` is told, as it is of a folder that cannot be listed and a broken link.
-    A symlinked result.json is read last, and only if it leads to a file not read already."""
+    A symlinked result.json is read last, and only if it leads to a file not read already.
+    The paths of the other files in the folders read that are not trial folders are appended
+    to `other_files`: what else the PATH holds (Terminal-Bench 1.x results) without a second
+    walk."""
     top = os.fspath(root).rstrip(os.sep) or os.sep
     seen: set[tuple[int, int]] = set()
     links: list[tuple[str, tuple[str, ...]]] = []
-    files = _Files()
+    files = _Files(others=other_files if other_files is not None else [])
     yield from _walk(top, (), read, skip, seen, links, files)
     while links:
         path, parts = links.pop(0)
@@ -80,6 +84,7 @@ class _Files:
 
     read: set[tuple[int, int]] = field(default_factory=set)
     linked: list[tuple[str, tuple[str, ...], list[str]]] = field(default_factory=list)
+    others: list[str] = field(default_factory=list)  # files of the folders that hold no trial
 
 
 def _linked_results(
@@ -141,7 +146,7 @@ def _walk(
             skip(path, f"a folder that cannot be listed: {exc.strerror}")
             continue
         result: os.DirEntry[str] | None = None
-        folders, linked = [], []
+        folders, linked, others = [], [], []
         for entry in entries:
             if entry.name == RESULT_NAME and not entry.is_dir():
                 result = entry  # a broken link too: reading it says why it fails
@@ -150,8 +155,12 @@ def _walk(
                     linked.append((entry.path, (*where, entry.name)))
                 elif not os.path.exists(entry.path):
                     skip(entry.path, f"a broken symlink to {os.readlink(entry.path)}")
+                else:
+                    others.append(entry.path)
             elif entry.is_dir(follow_symlinks=False):
                 folders.append(entry)
+            else:
+                others.append(entry.path)
         folders.sort(key=lambda e: e.name)
         if result is not None and result.is_symlink() and trial_prefix(os.path.basename(path)):
             files.linked.append((path, where, [e.name for e in folders]))
@@ -162,6 +171,7 @@ def _walk(
                 files.read.add((device, result.inode()))
                 yield Found(where, trial)
                 continue
+        files.others.extend(others)
         links.extend(sorted(linked))
         stack.extend((e.path, (*where, e.name), e.inode()) for e in reversed(folders))
 

@@ -76,8 +76,7 @@ def read_trial(trial_dir: str) -> HarborTrial:
     """Raises OSError or ValueError (json's included) for a file that cannot be read as JSON,
     JobSummary for a job's summary and NotATrial (saying why) for other JSON that is not a
     trial's result."""
-    with open(os.path.join(trial_dir, RESULT_NAME), "rb") as file:
-        raw = file.read()
+    raw = _read_bytes(os.path.join(trial_dir, RESULT_NAME))
     fields = parse_result(raw)
     if fields is None:
         fields = fields_of(parse_json(raw))
@@ -91,6 +90,19 @@ def read_trial(trial_dir: str) -> HarborTrial:
         facts=_facts(fields, rewards if problem is None else None),
         reward_problem=problem,
     )
+
+
+def _read_bytes(path: str) -> bytes:
+    """A whole file through the descriptor: `open()` adds a stat, a terminal check and a seek
+    per file, a third of an import's system time over a leaderboard's 24,000 files."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 # Harbor names a trial's folder `<task name, at most 32 characters>__<short id>`.

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,19 +58,24 @@ class Tb1Import:
 
 
 def find_tb1(root: Path) -> list[str]:
-    """TB1 result files under `root` (what `import harbor` names when it meets them)."""
+    """TB1 result files under `root`."""
     return sorted(
         os.path.join(d, f)
         for d, _, files in os.walk(root)
         for f in files
-        if f == RUN_FILE or f.endswith(FLAT_SUFFIX)
+        if is_tb1_file(f)
     )
 
 
-def tb1_folders(root: Path) -> list[str]:
-    """The shallowest folders under `root` holding TB1 result files: one line per submission."""
+def is_tb1_file(name: str) -> bool:
+    return name == RUN_FILE or name.endswith(FLAT_SUFFIX)
+
+
+def tb1_folders(paths: Iterable[str]) -> list[str]:
+    """The shallowest folders holding the TB1 result files among `paths` (the files another
+    import walked past): what `import harbor` names, one line per submission."""
     folders: list[str] = []
-    for path in find_tb1(root):
+    for path in sorted(p for p in paths if is_tb1_file(os.path.basename(p))):
         folder = os.path.dirname(path)
         if not any(folder == f or folder.startswith(f + os.sep) for f in folders):
             folders = [f for f in folders if not f.startswith(folder + os.sep)] + [folder]
