@@ -135,6 +135,11 @@ class Evidence(_Frozen):
         "command line, what it listened on): they ran beside the grader, apart from it, and "
         "ended with the sandbox.",
     )
+    filled_beside: str | None = Field(
+        None,
+        description="The disk filled while the grader ran beside processes the agent left "
+        "running, which write to the same work state: why the full disk is no infra error.",
+    )
     notes: tuple[str, ...] = ()
 
 

@@ -102,8 +102,12 @@ def run_trial(
     life.mark("done")
     decision = decide(log)  # the one verdict function (outcome.py)
     log.evidence = decision.evidence
-    if log.evidence is not None and (log.left_running or log.tampered):
-        grader_facts = {"left_running": log.left_running, "tampered": log.tampered}
+    if log.evidence is not None and (log.left_running or log.tampered or log.filled_beside):
+        grader_facts = {
+            "left_running": log.left_running,
+            "tampered": log.tampered,
+            "filled_beside": log.filled_beside,
+        }
         log.evidence = log.evidence.model_copy(update=grader_facts)
     record = _record(trial, ctx, log, decision, life, host)
     scrub.mask_files(trial_dir, life.secrets)  # what the sandbox left under /logs, as it was

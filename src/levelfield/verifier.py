@@ -135,17 +135,12 @@ def _apart(
 
 
 def _filled_beside(box: Sandbox, judge: grader.Grader, full_before: bool | None) -> str | None:
-    """A trial's disk that filled while the grader ran, with the agent's processes writing
-    beside it (they share the agent's work state, which the grader checks): no evidence outside
-    the agent's reach that the ceiling, rather than the agent, ended the tests. `full_before`:
-    None where the agent left nothing running (nothing was read)."""
+    """The note of a trial's disk that filled while the grader ran beside the agent's
+    processes (`grader.filled_beside`). `full_before`: None where the agent left nothing
+    running (nothing was read)."""
     if full_before is not False or not box.evidence().storage_full:
         return None
-    return (
-        "the trial's disk filled while the grader ran, with processes the agent left running "
-        f"beside it ({len(judge.view.leftovers)}): whose writes filled it cannot be told apart, "
-        "so the full disk does not make this trial an infra error"
-    )
+    return grader.filled_beside(len(judge.view.leftovers))
 
 
 # The grader's time limit is the harness's evidence only when the agent's processes did not hold

@@ -22,6 +22,7 @@ import pytest
 from levelfield import errors
 from levelfield.harbor.box import ExecCall, HarborBox
 from levelfield.harbor.options import parse_options
+from levelfield.harbor.reasons import judge
 from levelfield.harbor.record import read_record
 from levelfield.policy import PRESETS, Policy
 from levelfield.records import KILLED_CAUSE_UNKNOWN, Outcome, Reason, TrialRecord
@@ -408,6 +409,52 @@ def test_the_pids_and_storage_ceilings_raise_their_own_exceptions(
     for name in ("pids", "disk"):
         record = read_record(tmp_path / name / "trial__x")
         assert record is not None and record.ceiling_hits[0].raised
+
+
+# Waits until the grader holds it apart, then fills the trial's disk while the grader runs.
+FILLS_WHEN_HELD = (
+    "nohup setsid bash -c 'until grep -q levelfield-held /proc/self/cgroup; do sleep 0.1; done; "
+    "dd if=/dev/zero of=/app/fill bs=1M; sleep 1000' >/dev/null 2>&1 &"
+)
+
+
+@pytest.mark.sandbox
+def test_a_disk_filled_beside_the_agents_leftovers_is_no_ceiling_hit_of_the_grader(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    """Harbor drives the phases here: a grader's exec during which the disk fills is a storage
+    ceiling hit (infra) only when nothing of the agent's ran beside it, as in a native trial."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test.sh").write_text("#!/bin/bash\nexit 1\n")
+    for leftover in (True, False):
+        where = tmp_path / ("beside" if leftover else "alone")
+        box = _box(make_task, where, storage_mb=32)
+        try:
+            if leftover:
+                box.exec(ExecCall(FILLS_WHEN_HELD))
+            box.upload_dir(tests, "/tests")
+            grade = "sleep 5; exit 1" if leftover else "dd if=/dev/zero of=/app/f bs=1M; exit 1"
+            if leftover:
+                assert box.exec(ExecCall(grade))[1] == 1
+            else:
+                with pytest.raises(errors.LevelfieldStorageExhausted):
+                    box.exec(ExecCall(grade))
+        finally:
+            assert box.stop(0.0) is None
+        record = read_record(where / "trial__x")
+        assert record is not None and record.evidence.storage_full
+        if leftover:
+            assert record.evidence.filled_beside and "cannot be told apart" in str(
+                record.evidence.notes
+            )
+            assert record.reason is Reason.TESTS_FAILED and not record.ceiling_hits
+        else:
+            assert record.reason is Reason.STORAGE_EXHAUSTED
+            assert record.evidence.filled_beside is None
+        # the import decides again from the record's evidence, as it will beside result.json
+        verdict = judge(None, None, 0.0, evidence=record.evidence)
+        assert verdict.reason is record.reason
 
 
 @pytest.mark.sandbox

@@ -27,7 +27,7 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
-from levelfield.errors import CeilingHit, SandboxError
+from levelfield.errors import CeilingHit, LevelfieldStorageExhausted, SandboxError
 from levelfield.hosted import leftovers
 from levelfield.hosted.commands import ExecCall, ceiling_hit, shell_command
 from levelfield.hosted.record import CeilingHitNote
@@ -111,6 +111,7 @@ class HostedSandbox:
         self._grader: grader.Grader | None = None
         self._grading = False  # the harness's grader has begun (apart, or in the sandbox)
         self._found = GraderFound()  # what the grader apart saw, kept for the record
+        self._filled_beside: str | None = None  # a full disk the grader's exec met (grader.py)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -174,12 +175,24 @@ class HostedSandbox:
             result = box.exec(command, timeout_s=timeout_s, log_path=log, env=call.env)
         after = box.evidence()
         output = _read_and_remove(log)
-        hit = ceiling_hit(before, after, self.limits, result, output)
+        hit = self._beside_leftovers(ceiling_hit(before, after, self.limits, result, output))
         failed = result.timed_out or result.exit_code != 0
         self._note(number, call, result, hit, failed)
         if hit is not None and failed:
             raise hit
         return ExecOutput(output, int(result.exit_code or 0), result.timed_out)
+
+    def _beside_leftovers(self, hit: CeilingHit | None) -> CeilingHit | None:
+        """A disk that filled during a grader's exec while the agent's processes ran beside it
+        is no ceiling hit of the grader's (`grader.filled_beside`): the tests' verdict
+        stands, and the record says why."""
+        judge = self._grader
+        if not isinstance(hit, LevelfieldStorageExhausted) or judge is None:
+            return hit
+        if not judge.view.leftovers:
+            return hit
+        self._filled_beside = grader.filled_beside(len(judge.view.leftovers))
+        return None
 
     def cancel(self, number: int) -> None:
         """The harness cancelled an exec: kill its process group, as a timeout would, so that
@@ -257,11 +270,13 @@ class HostedSandbox:
     def _with_grader_evidence(self, evidence: Evidence) -> Evidence:
         found = self._found
         notes = found.notes if found.apart or not self._grading else (grader.IN_SANDBOX,)
+        notes += (self._filled_beside,) if self._filled_beside else ()
         return evidence.model_copy(
             update={
                 "notes": (*evidence.notes, *notes),
                 "left_running": found.left_running,
                 "tampered": found.tampered,
+                "filled_beside": self._filled_beside,
             }
         )
 

@@ -162,7 +162,8 @@ def classify(log: PhaseLog) -> Reason:
     if log.tampered:
         return Reason.GRADER_TAMPERED
     kernel = reason_from_evidence(log.evidence)
-    if kernel is Reason.STORAGE_EXHAUSTED and log.filled_beside is not None:
+    beside = log.filled_beside or (log.evidence.filled_beside if log.evidence else None)
+    if kernel is Reason.STORAGE_EXHAUSTED and beside is not None:
         kernel = None  # the agent's processes, writing while the grader ran, may have filled it
     passed = (
         log.error is None

@@ -71,6 +71,20 @@ IN_SANDBOX = (
     "the grader ran in the agent's sandbox (this backend cannot start it apart here): a process "
     "the agent left running shared it"
 )
+
+
+def filled_beside(leftovers: int) -> str:
+    """Why a trial disk that filled while the grader ran, with `leftovers` processes of the
+    agent's writing beside it (they share the agent's work state, which the grader checks), is
+    no evidence outside the agent's reach that the ceiling, rather than the agent, ended the
+    tests: the note on every backend and every harness that drives the phases."""
+    return (
+        "the trial's disk filled while the grader ran, with processes the agent left running "
+        f"beside it ({leftovers}): whose writes filled it cannot be told apart, "
+        "so the full disk does not make this trial an infra error"
+    )
+
+
 SCRATCH = "view"  # what a backend builds the grader's view from (oci: its /etc)
 # Sparse: the grader's downloads (uv, a CPython, pytest) take real space only as written.
 DISK_BYTES = 8 << 30
