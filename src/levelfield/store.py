@@ -223,7 +223,12 @@ def load_document(raw: str) -> dict[str, Any]:
     """A record as the JSON it was stored as, for readers of every field that trust the store
     (each record validated as it was written): a third of the cost of `load_record`. The
     version rule is the same."""
-    document = from_json(raw)
+    try:
+        document = from_json(raw)
+    except ValueError as exc:
+        raise StoreError(f"a stored record is not JSON: {exc}") from None
+    if type(document) is not dict or type(document.get("trial_key")) is not str:
+        raise StoreError(f"a stored record is not a trial's: {raw[:80]!r}")
     version = document.get("schema_version", 1)
     if version != 1:
         raise StoreError(f"trial record schema_version {version} is newer than this levelfield")

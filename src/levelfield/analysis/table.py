@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import ValidationError
 
 from levelfield.analysis import table_cache
+from levelfield.errors import StoreError
 from levelfield.records import (
     DEFAULT_WINDOW,
     KILLED_CAUSE_UNKNOWN,
@@ -80,11 +82,25 @@ def frame_of_documents(documents: list[dict[str, Any]]) -> pd.DataFrame:
     validated one), so they are read without validating each again: that was most of the
     table's cost on a leaderboard. A field a record leaves out has its model's default."""
     latest = _last_attempts(documents)
-    rows = [_row(d) for d in latest]
+    rows = [_checked_row(d) for d in latest]
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
     if any(d.get("limits_disclosed") for d in latest):  # a factor only in runs that varied it
         frame["limits_disclosed"] = ["on" if d.get("limits_disclosed") else "off" for d in latest]
     return frame.astype({"repeat": "int64"}) if not frame.empty else frame
+
+
+def _checked_row(document: dict[str, Any]) -> dict[str, Any]:
+    """A record that does not read (a store from elsewhere, edited by hand) is named with what
+    its model says is wrong with it, not a KeyError from deep in the table."""
+    try:
+        return _row(document)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        key = document.get("trial_key", "?") if isinstance(document, dict) else "?"
+        try:
+            TrialRecord.model_validate(document)
+        except ValidationError as invalid:
+            raise StoreError(f"the record of trial {key} does not load: {invalid}") from None
+        raise StoreError(f"the record of trial {key} does not load: {exc!r}") from exc
 
 
 def _last_attempts(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
