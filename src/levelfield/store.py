@@ -146,13 +146,16 @@ class Store:
             raise StoreError(f"{self.run_dir}: a trial to add is already stored ({exc})") from exc
 
     def records(self) -> Iterator[TrialRecord]:
-        for (raw,) in self._conn.execute("SELECT record FROM trials ORDER BY finished_at"):
-            yield load_record(raw)
+        return map(load_record, self._raw_records())
 
     def documents(self) -> Iterator[dict[str, Any]]:
-        """Each record in its stored JSON form, unvalidated (see `load_document`)."""
+        """Each record in its stored JSON form, unvalidated (see `load_document`), in the
+        order of `records`."""
+        return map(load_document, self._raw_records())
+
+    def _raw_records(self) -> Iterator[str]:
         for (raw,) in self._conn.execute("SELECT record FROM trials ORDER BY finished_at"):
-            yield load_document(raw)
+            yield raw
 
     def count(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
@@ -213,9 +216,7 @@ def load_record(raw: str) -> TrialRecord:
     except ValidationError:
         pass
     data = json.loads(raw)
-    version = data.setdefault("schema_version", 1)
-    if version != 1:
-        raise StoreError(f"trial record schema_version {version} is newer than this levelfield")
+    _check_version(data.setdefault("schema_version", 1))
     return TrialRecord.model_validate(data)
 
 
@@ -229,10 +230,13 @@ def load_document(raw: str) -> dict[str, Any]:
         raise StoreError(f"a stored record is not JSON: {exc}") from None
     if type(document) is not dict or type(document.get("trial_key")) is not str:
         raise StoreError(f"a stored record is not a trial's: {raw[:80]!r}")
-    version = document.get("schema_version", 1)
+    _check_version(document.get("schema_version", 1))
+    return document
+
+
+def _check_version(version: object) -> None:
     if version != 1:
         raise StoreError(f"trial record schema_version {version} is newer than this levelfield")
-    return document
 
 
 def _connect(path: Path) -> sqlite3.Connection:

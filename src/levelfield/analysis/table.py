@@ -8,7 +8,7 @@ later attempt) keep only their last attempt here; the store keeps both.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,10 +52,11 @@ def load_run(run_dir: Path) -> RunData:
     return RunData(info, frame)
 
 
-def prepare(run_dir: Path, documents: list[dict[str, Any]]) -> None:
-    """Cache the table of a run whose whole content is `documents`, the records as stored
+def prepare(run_dir: Path, documents: Sequence[dict[str, Any]] = ()) -> None:
+    """Cache the run's table. When `documents`, the records as stored, are its whole content
     (an import into a new run holds them): the same table `load_run` builds from the store,
-    without reading 24,000 records back. Records of others in the store meanwhile: read back."""
+    without reading 24,000 records back. Otherwise (none given, or others stored meanwhile)
+    the records are read back."""
     with reading(run_dir) as store:
         version = store.version()
     if version[0] != len(documents):
@@ -95,7 +96,7 @@ def _checked_row(document: dict[str, Any]) -> dict[str, Any]:
     try:
         return _row(document)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        key = document.get("trial_key", "?") if isinstance(document, dict) else "?"
+        key = document.get("trial_key", "?")
         try:
             TrialRecord.model_validate(document)
         except ValidationError as invalid:

@@ -117,17 +117,14 @@ def _finish(result: _Imported, out: Path, *, of: str) -> None:
     )
 
 
-def _prepare_table(out: Path, documents: list[dict[str, Any]] | None = None) -> None:
+def _prepare_table(out: Path, documents: Sequence[dict[str, Any]] = ()) -> None:
     """Build the run's tidy table now (analysis/table_cache.py), while the import has the
     user's attention: every `report`, `compare` and `leaderboard` after it then starts from
     the cached table instead of reading tens of thousands of records. An import into a new
     run gives its records, as stored, and they are not read back."""
-    from levelfield.analysis.table import load_run, prepare
+    from levelfield.analysis.table import prepare
 
-    if documents:
-        prepare(out, documents)
-    else:
-        load_run(out)
+    prepare(out, documents)
 
 
 def _show(result: ImportResult) -> None:

@@ -96,7 +96,8 @@ class _Tally:
     folders_skipped: list[str] = field(default_factory=list)
     outcome: Counter[str] = field(default_factory=Counter)  # "new", "already"
     summary_dirs: set[str] = field(default_factory=set)  # folders of the job summaries
-    documents: list[dict[str, Any]] = field(default_factory=list)  # the new records, as stored
+    # the new records, as stored, kept only when they are the whole run (nothing stored before)
+    documents: list[dict[str, Any]] = field(default_factory=list)
     other_files: list[str] = field(default_factory=list)  # in folders that hold no trial
     submissions_skipped: dict[str, str] = field(default_factory=dict)  # folder → why
 
@@ -140,7 +141,6 @@ def import_harbor(
             stored = store.stored_keys()
             store.commit_rows(_new_rows(found, run_id, stored, tally))
             store.set_meta(_meta(meta, run_id, paths, set(by_label), flags, tally))
-            whole = not stored
     return ImportResult(
         out,
         tally.outcome["new"],
@@ -152,7 +152,7 @@ def import_harbor(
         tally.job_summaries,
         tuple(tally.folders_skipped),
         dict(tally.submissions_skipped),
-        tally.documents if whole else [],
+        tally.documents,
     )
 
 
@@ -338,7 +338,8 @@ def _new_rows(found: list[Labelled], run_id: str, stored: set[str], tally: _Tall
             except ValidationError as exc:
                 tally.skipped.append(f"{item.label}/{item.within}: {exc}")
                 continue
-            tally.documents.append(plain if fields is plain else from_json(row.record))
+            if not stored:
+                tally.documents.append(plain if fields is plain else from_json(row.record))
             tally.outcome["new"] += 1
             yield row
 

@@ -187,9 +187,7 @@ class HostedSandbox:
         is no ceiling hit of the grader's (`grader.filled_beside`): the tests' verdict
         stands, and the record says why."""
         judge = self._grader
-        if not isinstance(hit, LevelfieldStorageExhausted) or judge is None:
-            return hit
-        if not judge.view.leftovers:
+        if not isinstance(hit, LevelfieldStorageExhausted) or not (judge and judge.view.leftovers):
             return hit
         self._filled_beside = grader.filled_beside(len(judge.view.leftovers))
         return None
