@@ -15,7 +15,7 @@ from levelfield.records import TrialRecord
 from levelfield.runner import TrialContext, run_trial
 from levelfield.sandbox import BackendOptions, get_backend
 from levelfield.sandbox.cgroups import PREFIX, detect
-from levelfield.sandbox.disks import mounts_under
+from levelfield.sandbox.disks import mounted_images, mounts_under
 from levelfield.store import reading
 from levelfield.tasks import load_task
 
@@ -74,6 +74,7 @@ def leftovers(run_id: str, run_dir: Path) -> list[str]:
         if (base / PREFIX / run_id).exists()
     ]
     found += mounts_under(run_dir.resolve())
+    found += [point for point, _ in mounted_images(run_dir.resolve())]  # an oci trial's disk
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     found += [line for line in ps.splitlines() if str(run_dir.resolve()) in line]
     return found

@@ -1,5 +1,5 @@
 """Verdicts at the edges on `oci`, against Podman and Docker: OOM evidence where the container's
-cgroup cannot be read, a full disk decided by the disk (the trial's volume and the engine's own),
+cgroup cannot be read, a full disk decided by the disk (the trial's and the engine's own),
 and a grader that could not grade on a Terminal-Bench 2.0 task, told apart by whose doing it was.
 
 The engine fixtures come from test_oci (each test runs against both engines), hence F811 below.
@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.oci, pytest.mark.sandbox]
 PYTHON_BASE = "FROM python:3.13-slim-bookworm\nWORKDIR /app\n"
 HOG = "python3 -c 'b = b\"x\" * (256 << 20)' && touch /app/done"
 # Memory capped at the spec, storage uncapped: a harness in a container of its own cannot
-# loop-mount a volume the engine would see, so this one does not ask for one.
+# loop-mount a disk the engine would see, so this one does not ask for one.
 MEMORY_ONLY = Policy(name="memory-1x", storage=ResourceBounds(ceiling=None))
 
 _HARNESS = textwrap.dedent("""\
@@ -111,12 +111,12 @@ FILL_THEN_EMPTY = "dd if=/dev/zero of=/app/blob bs=1M count=64; rm -f /app/blob;
 SAY_FULL = "echo 'pip: [Errno 28] No space left on device' >&2; exit 1"
 
 
-def test_a_full_volume_is_decided_by_the_volume_not_by_what_the_agent_printed(
+def test_a_full_disk_is_decided_by_the_disk_not_by_what_the_agent_printed(
     make_task: MakeTask, backend: object, tmp_path: Path
 ) -> None:
-    """The storage ceiling on a loop-mounted volume: filled and emptied between two samples,
-    storage_exhausted by the blocks its image kept; the words alone, failed (before: both
-    storage_exhausted)."""
+    """The storage ceiling on a loop-mounted disk under the writable layer: filled and emptied
+    between two samples, storage_exhausted by the blocks its image kept; the words alone,
+    failed (before: both storage_exhausted)."""
     filled = load_task(make_task("filled", solve=FILL_THEN_EMPTY, storage_mb=16))
     record = _run(backend, filled, "strict", tmp_path / "filled")
     assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.STORAGE_EXHAUSTED)

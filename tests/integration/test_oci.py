@@ -157,15 +157,16 @@ def test_twice_the_spec_is_oom_killed_under_strict_and_passes_uncapped(
     assert "unset: mem_limit, memswap_limit, nano_cpus" in " ".join(uncapped.evidence.notes)
 
 
-def test_storage_ceiling_on_a_loop_mounted_volume_is_storage_exhausted(
+def test_storage_ceiling_on_a_loop_mounted_disk_is_storage_exhausted(
     make_task: MakeTask, backend: object, tmp_path: Path
 ) -> None:
-    """Overlay here has no xfs pquota, so the engine refuses --storage-opt size: the ceiling
-    becomes an ext4 volume of exactly its size, seeded with the image's own /app."""
-    from levelfield.sandbox.disks import mounts_under
+    """Overlay here has no xfs pquota, so the engine refuses --storage-opt size: the container's
+    whole writable layer lives on an ext4 disk of exactly the ceiling, the image's own /app
+    seen through it. The cap holds for every path: a write to /root fills the same disk."""
+    from levelfield.sandbox.disks import mounted_images
 
     dockerfile = "FROM debian:bookworm-slim\nWORKDIR /app\nCOPY seed.txt /app/seed.txt\n"
-    fill = "dd if=/dev/zero of=/app/blob bs=1M count=40 && touch /app/done"
+    fill = "dd if=/dev/zero of=/root/blob bs=1M count=40 && touch /app/done"
     root = make_task(
         "disk",
         solve=fill,
@@ -175,16 +176,19 @@ def test_storage_ceiling_on_a_loop_mounted_volume_is_storage_exhausted(
     )
     task = load_task(root)
     strict = _run(backend, task, "strict", tmp_path / "strict")
-    assert (strict.outcome, strict.reason) == (Outcome.INFRA_ERROR, Reason.STORAGE_EXHAUSTED)
+    assert (strict.outcome, strict.reason) == (Outcome.INFRA_ERROR, Reason.STORAGE_EXHAUSTED), (
+        strict.error
+    )
     assert strict.evidence.storage_full and strict.evidence.storage_ceiling_bytes == 24 << 20
-    assert "loop-mounted ext4 volume" in " ".join(strict.evidence.notes)
+    assert "writable layer on a loop-mounted ext4" in " ".join(strict.evidence.notes)
     assert "No space left on device" in (
         strict.agent_phase.output_tail if strict.agent_phase else ""
     )
     roomy = _run(backend, task, "headroom", tmp_path / "headroom")  # 72 MiB: the image's seed.txt
     assert (roomy.outcome, roomy.reason) == (Outcome.PASSED, Reason.TESTS_PASSED), roomy.error
     assert 40 << 20 <= (roomy.evidence.storage_used_bytes or 0) <= 72 << 20
-    assert mounts_under(tmp_path.resolve()) == []
+    assert mounted_images(tmp_path.resolve()) == []
+    assert list(tmp_path.glob("*/trials/*/disk.img")) == []
 
 
 def test_a_failed_build_is_a_sandbox_error_with_the_build_log_tail(
@@ -287,12 +291,13 @@ def test_kill_9_of_the_harness_then_reap_leaves_no_container(
     proc.wait()
     assert len(_containers(run_id)) == 1  # the dead harness left its container running
     from levelfield.sandbox import oci
-    from levelfield.sandbox.disks import mounts_under
+    from levelfield.sandbox.disks import mounted_images
 
-    assert mounts_under(tmp_path.resolve())  # and its storage volume's disk, mounted
+    assert mounted_images(tmp_path.resolve())  # and its storage disk, on the container's layer
     assert oci.OciBackend(BackendOptions(run_id, tmp_path)).reap(run_id) >= 1
     assert _containers(run_id) == []
-    assert mounts_under(tmp_path.resolve()) == []  # found through the engine's volume listing
+    assert mounted_images(tmp_path.resolve()) == []  # found by its image, wherever mounted
+    assert list(tmp_path.glob("trials/*/disk.img")) == []
 
 
 LOADS_JSON = """python3 -c 'import json.decoder'
@@ -343,9 +348,9 @@ def test_the_graders_world_is_the_tasks_a_writable_root_and_the_images_home(
     planted = ("echo 'echo planted > /app/ran-agents-profile' >> ~/.profile; "
                "echo mystery > /app/mystery; echo 42 > /answer.txt; echo '[pytest]' > /pytest.ini")
     task = _image_task(make_task, "world", "debian:bookworm-slim", TASKS_WORLD, solve=planted)
-    # Uncapped: under a storage ceiling /app and /tmp are volumes of the ceiling's disk, apart
-    # in the container itself (_volumes.py), and the rename meets EXDEV there too.
-    record = _run(backend, task, "uncapped", tmp_path / "run")
+    # Under the storage ceiling: the whole writable layer is on the ceiling's one disk, so the
+    # rename from /app to /tmp stays within one filesystem (no EXDEV).
+    record = _run(backend, task, "strict", tmp_path / "run")
     assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED), record.error
     trial = tmp_path / "run" / "trials" / record.trial_key
     said = (trial / "logs" / "verifier" / "login.txt").read_text()

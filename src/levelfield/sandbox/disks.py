@@ -28,8 +28,9 @@ HOST_FULL_BELOW_BYTES = 64 << 20
 HOST_FULL_BELOW_FRACTION = 0.05
 
 
-def is_full(root: Path, free_bytes: int) -> bool:
-    """Whether a capped disk mounted at `root` is full with `free_bytes` left."""
+def is_full(root: Path | int, free_bytes: int) -> bool:
+    """Whether a capped disk mounted at `root` (or a descriptor of it) is full with
+    `free_bytes` left."""
     try:
         st = os.statvfs(root)
     except OSError:
@@ -105,10 +106,11 @@ def mount_ext4(image: Path, mountpoint: Path, size_bytes: int) -> None:
             raise SandboxStartError(f"{' '.join(argv[:2])} failed: {done.stderr.strip()}")
 
 
-def unmount(path: Path) -> None:
-    """Lazy unmount: a process still holding a file must not keep the trial's disk alive."""
+def unmount(path: Path, *, lazy: bool = True) -> None:
+    """Lazy by default: a process still holding a file must not keep the trial's disk alive.
+    Not lazy where the disk is mounted again right after (two mounts of one ext4 corrupt it)."""
     if is_mounted(path):
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+        subprocess.run(["umount", *(["-l"] if lazy else []), str(path)], capture_output=True)
 
 
 def is_mounted(path: Path) -> bool:
@@ -124,3 +126,20 @@ def mounts_under(prefix: Path) -> list[str]:
             if point == str(prefix) or point.startswith(str(prefix).rstrip("/") + "/"):
                 found.append(point)
     return sorted(found, key=len, reverse=True)
+
+
+def mounted_images(prefix: Path) -> list[tuple[str, Path]]:
+    """(mount point, image) of the loop-mounted disks whose image lies under `prefix`, wherever
+    they are mounted (an oci trial's disk sits on the engine's own folder of its layer)."""
+    found: list[tuple[str, Path]] = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mounts").read_text().splitlines():
+            source, point = line.split()[:2]
+            if not source.startswith("/dev/loop"):
+                continue
+            backing = Path("/sys/block", Path(source).name, "loop", "backing_file")
+            with contextlib.suppress(OSError):
+                image = Path(backing.read_text().strip())
+                if image.is_relative_to(prefix):
+                    found.append((point.replace("\\040", " "), image))
+    return found

@@ -81,11 +81,14 @@ def kind_of(mode: int) -> str:
 # -- host trees (the process backend's workspace, the harness's own directories) -----------------
 
 
-def open_dir(root: Path, rel: PurePosixPath, *, create: bool = False, replace: bool = False) -> int:
+def open_dir(
+    root: Path | int, rel: PurePosixPath, *, create: bool = False, replace: bool = False
+) -> int:
     """A descriptor of `root/rel`, walked without following links. `root` is the harness's own
-    (trusted). With `create`, a missing component is made; with `replace`, so is one the sandbox
-    made a link or a file (it is removed first). Raises OSError (ELOOP, ENOTDIR, ENOENT)."""
-    fd = os.open(root, _DIR_FLAGS)
+    (trusted): a path, or a descriptor (kept open). With `create`, a missing component is made;
+    with `replace`, so is one the sandbox made a link or a file (it is removed first). Raises
+    OSError (ELOOP, ENOTDIR, ENOENT)."""
+    fd = os.dup(root) if isinstance(root, int) else os.open(root, _DIR_FLAGS)
     try:
         for part in _parts(rel):
             child = open_dir_at(fd, part, create=create, replace=replace)

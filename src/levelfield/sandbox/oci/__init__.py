@@ -20,9 +20,9 @@ import json
 import os
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 from levelfield.errors import HostUnsupported, SandboxStartError
@@ -36,9 +36,8 @@ from levelfield.sandbox import (
     _netns,
     _seccomp,
     cgroups,
-    disks,
 )
-from levelfield.sandbox.oci import _engine, _images, _offline, _pull, _reconnect, _volumes
+from levelfield.sandbox.oci import _engine, _images, _layer_disk, _offline, _pull, _reconnect
 from levelfield.sandbox.oci._sandbox import OciSandbox
 from levelfield.tasks import Task
 
@@ -230,20 +229,20 @@ class OciBackend:
         trial_dir = trial_dir.resolve()  # the engine binds the disk's paths: never relative
         trial_dir.mkdir(parents=True, exist_ok=True)
         args = host_config_args(limits, self.report().cpus)
-        container_id, volume = self._create_capped(
+        container_id, disk, unenforced = self._create_capped(
             task, image.tag, args, (trial_id, trial_dir, _bind_read_only(mounts)),
             limits.storage_ceiling_bytes,
         )
         notes = [describe_applied(args), image.describe(), f"engine: {self.report().describe()}"]
         if "nano_cpus" in args and args["nano_cpus"] < (limits.cpu_ceiling or 0) * 1e9:
             notes.append(f"cpu ceiling {limits.cpu_ceiling:g} > the host's CPUs: applied as all")
-        if volume is not None:
-            notes.append(volume.describe())
+        if disk is not None:
+            notes.append(disk.describe())
         elif limits.storage_ceiling_bytes is not None and "storage_opt" not in args:
-            notes.append(f"storage ceiling not enforced: {self._quota_refused or 'disabled'}")
+            notes.append(f"storage ceiling not enforced: {unenforced}")
         try:
-            sandbox = OciSandbox(client, container_id, task, limits, notes)
-            sandbox.image, sandbox.volume = image.record(), volume
+            sandbox = OciSandbox(client, container_id, task, limits, notes, disk)
+            sandbox.image = image.record()
             sandbox.secrets = secrets or sandbox.secrets
             if self.settings.uv_shim:
                 sandbox.shim = _offline.shim_sources(self.settings.cache_dir)
@@ -251,12 +250,14 @@ class OciBackend:
             if task.allow_internet is not False:
                 sandbox.network = _link(self.options.run_id, trial_id, sandbox)
             sandbox.prepare(uv_shim=self.settings.uv_shim)
+            if disk is not None and not disk.holds_the_layer(PurePosixPath("/logs")):
+                raise SandboxStartError(
+                    f"container for {task.name}: its writable layer is not on the storage "
+                    "ceiling's disk (the engine's layer folder was remounted as it started)"
+                )
             return sandbox
         except BaseException as exc:
-            with contextlib.suppress(Exception):
-                client.api.remove_container(container_id, force=True, v=True)
-            if volume is not None:
-                _volumes.remove_volume(client.api, volume)
+            _layer_disk.remove_container(client.api, container_id, disk)
             if isinstance(exc, Exception) and not isinstance(exc, SandboxStartError):
                 raise SandboxStartError(f"container for {task.name}: {exc}") from exc
             raise
@@ -269,12 +270,12 @@ class OciBackend:
         return "seccomp=" + json.dumps(_seccomp.engine_profile(DEFAULT_CAPABILITIES))
 
     def _storage_enforcement(self) -> str:
-        volume = "a loop-mounted ext4 volume of the ceiling's size for WORKDIR, /tmp and /logs"
-        if not _volumes.is_possible(self.report().url):
-            volume = "not enforced (a remote engine, or not root: no loop-mounted volume)"
+        disk = "the writable layer on a loop-mounted ext4 of the ceiling's size"
+        if not _layer_disk.is_possible(self.report().url):
+            disk = "not enforced (a remote engine, or not root: no loop-mounted disk)"
         if self._storage_quota:
-            return f"StorageOpt size= (writable layer quota) if the engine takes it, else {volume}"
-        return f"{volume} (the engine refused StorageOpt size=: {self._quota_refused})"
+            return f"StorageOpt size= (writable layer quota) if the engine takes it, else {disk}"
+        return f"{disk} (the engine refused StorageOpt size=: {self._quota_refused})"
 
     def _create_capped(
         self,
@@ -283,35 +284,54 @@ class OciBackend:
         args: dict[str, Any],
         trial: tuple[str, Path, list[Any]],
         ceiling: int | None,
-    ) -> tuple[str, _volumes.StorageVolume | None]:
+    ) -> tuple[str, _layer_disk.LayerDisk | None, str]:
         """The storage ceiling the engine's way (StorageOpt size=; refused once, never again),
-        else on a loop-mounted volume of the ceiling's size."""
+        else on a loop-mounted disk under the container's writable layer, placed between its
+        creation and its start. Also: why the ceiling is not enforced, when it is not."""
         trial_id, trial_dir, bound = trial
         if ceiling is not None and self._storage_quota:
             args["storage_opt"] = {"size": str(ceiling)}
             try:
-                return self._create(task, image, args, trial_id, bound), None
+                return self._create(task, image, args, trial_id, bound), None, ""
             except _QuotaRefused as refused:
                 self._storage_quota, self._quota_refused = False, refused.reason
                 args.pop("storage_opt")
-        volume = None
-        if ceiling is not None and _volumes.is_possible(self.report().url):
-            labels = {LABEL_RUN: self.options.run_id, LABEL_TRIAL: trial_id}
-            volume = _volumes.create_volume(
-                self.client.api, trial_dir, task.workdir, ceiling, labels
-            )
-        try:
-            mounts = bound + (volume.mounts() if volume is not None else [])
-            return self._create(task, image, args, trial_id, mounts), volume
-        except BaseException:
-            if volume is not None:
-                _volumes.remove_volume(self.client.api, volume)
-            raise
+        if ceiling is None or not _layer_disk.is_possible(self.report().url):
+            return self._create(task, image, args, trial_id, bound), None, self._quota_refused
+        placed: list[_layer_disk.LayerDisk] = []
+
+        def place(inspected: dict[str, Any]) -> str:
+            layer = _layer_disk.layer_of(inspected)
+            if layer is None:
+                driver = (inspected.get("GraphDriver") or {}).get("Name", "?")
+                return f"the engine's {driver} storage has no overlay layer folder to cap"
+            placed.append(_layer_disk.place(layer, trial_dir, ceiling))
+            return ""
+
+        def release() -> None:  # the container is not running: the disk comes off its layer
+            while placed:
+                _layer_disk.release(placed.pop())
+
+        unenforced: list[str] = []
+        container_id = self._create(
+            task, image, args, trial_id, bound, (place, release), unenforced
+        )
+        return container_id, (placed or [None])[0], "; ".join(unenforced)
 
     def _create(
-        self, task: Task, image: str, args: dict[str, Any], trial_id: str, extra: list[Any]
+        self,
+        task: Task,
+        image: str,
+        args: dict[str, Any],
+        trial_id: str,
+        extra: list[Any],
+        before_start: tuple[Callable[[dict[str, Any]], str], Callable[[], None]] | None = None,
+        unplaced: list[str] | None = None,
     ) -> str:
-        """Create and start the container; _QuotaRefused if the engine refuses StorageOpt."""
+        """Create and start the container; _QuotaRefused if the engine refuses StorageOpt.
+        `before_start` is a hook that sees the created container's inspection (what it could
+        not do, said, goes to `unplaced`) and its undoing, run on a failure before the engine
+        removes the container (and its layer folder)."""
         import docker.errors
 
         api = self.client.api
@@ -338,11 +358,21 @@ class OciBackend:
                 **args,
             )
             created = api.create_container(host_config=host_config, **config)
+            if before_start is not None:
+                why = before_start[0](api.inspect_container(created["Id"]))
+                if why and unplaced is not None:
+                    unplaced.append(why)
             api.start(created["Id"])
             return str(created["Id"])
-        except docker.errors.APIError as exc:
+        except BaseException as exc:
+            if before_start is not None:
+                with contextlib.suppress(Exception):
+                    api.kill(config["name"])
+                before_start[1]()
             with contextlib.suppress(Exception):
                 api.remove_container(config["name"], force=True, v=True)
+            if not isinstance(exc, docker.errors.APIError):
+                raise
             if "storage_opt" in args and _is_quota_error(exc):
                 reason = getattr(exc, "explanation", None) or str(exc)
                 raise _QuotaRefused(str(reason)[-160:]) from exc
@@ -369,7 +399,13 @@ class OciBackend:
         api = self.client.api
         label = {"label": f"{LABEL_RUN}={run_id}"}
         removed = 0
-        for container in api.containers(all=True, filters=label):
+        containers = api.containers(all=True, filters=label)
+        for container in containers:
+            with contextlib.suppress(Exception):
+                api.kill(container["Id"])
+        trials = (self.options.run_dir / "trials").resolve()
+        removed += _layer_disk.release_left(trials)  # before the engine removes their layers
+        for container in containers:
             with contextlib.suppress(Exception):
                 api.remove_container(container["Id"], force=True, v=True)
                 removed += 1
@@ -377,18 +413,11 @@ class OciBackend:
             with contextlib.suppress(Exception):
                 api.remove_network(network["Id"])
                 removed += 1
-        released = set()
         for volume in (api.volumes(filters=label) or {}).get("Volumes") or []:
-            released.add(_volumes.disk_of(volume))
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # any volume the run's label names
                 api.remove_volume(volume["Name"], force=True)
                 removed += 1
-        removed += _netns.reap(run_id)  # the containers are gone: nothing holds their links
-        trials = (self.options.run_dir / "trials").resolve()
-        released.update(map(Path, disks.mounts_under(trials)))
-        for disk in sorted(d for d in released if d is not None):
-            removed += _volumes.release_disk(disk)  # the storage volumes' loop-mounted disks
-        return removed
+        return removed + _netns.reap(run_id)  # the containers are gone: nothing holds links
 
 
 class _QuotaRefused(Exception):

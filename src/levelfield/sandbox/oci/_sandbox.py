@@ -3,8 +3,8 @@
 Evidence is read from the container's own cgroup directories (the same readers as the process
 backend), with the engine's own word on an OOM kill beside it (its flag and `oom` events, asked in
 every trial) and the kernel log's (`_kernel_oom.py`, which names the container and whose limit
-was hit), the storage volume's fill level from the host when the ceiling lives on one
-(`_volumes.py`), and the free space of the engine's disk under the writable layer. Where the
+was hit), the storage disk's fill level from the host when the ceiling lives on one
+(`_layer_disk.py`), and the free space of the engine's own disk beside the writable layer. Where the
 container's cgroup is not this host's to read (a remote engine, a harness in a container), the
 engine's events and the kernel log, when it ran here, are the only OOM evidence. Kept apart from
 the backend (`__init__.py`), which creates it, so that each reads as one concept.
@@ -39,7 +39,7 @@ from levelfield.sandbox import (
     disks,
     trees,
 )
-from levelfield.sandbox.oci import _container, _engine, _grader, _offline, _volumes
+from levelfield.sandbox.oci import _container, _engine, _grader, _layer_disk, _offline
 from levelfield.tasks import Task
 
 LOG_DIRS = ("logs", "logs/agent", "logs/verifier", "logs/artifacts")
@@ -67,7 +67,13 @@ class OciSandbox:
     """A started trial container; every phase is an exec in it."""
 
     def __init__(
-        self, client: Any, container_id: str, task: Task, limits: Limits, notes: list[str]
+        self,
+        client: Any,
+        container_id: str,
+        task: Task,
+        limits: Limits,
+        notes: list[str],
+        disk: _layer_disk.LayerDisk | None = None,
     ) -> None:
         self.client, self.api = client, client.api
         self.container_id, self.task, self.limits = container_id, task, limits
@@ -83,7 +89,10 @@ class OciSandbox:
         else:
             self._weigh_for_the_floor(notes)
         self.kernel = _kernel_oom.KernelOomWatch()  # OOM kills, whoever's limit, from now on
-        self.host_disk = disks.HostDiskWatch(_upper_dir(inspected) if self.cgroup else None)
+        self.disk = disk  # the storage ceiling, when the writable layer lives on one
+        # The engine's own disk: beside the layer when the layer is on the trial's disk.
+        watched = disk.layer.parent if disk is not None else _upper_dir(inspected)
+        self.host_disk = disks.HostDiskWatch(watched if self.cgroup else None)
         # With the engine's quota (StorageOpt size=) the writable layer is the trial's own disk,
         # and statvfs there reads the quota: its running out is the trial's ceiling.
         self._layer_capped = bool((inspected.get("HostConfig") or {}).get("StorageOpt"))
@@ -95,7 +104,6 @@ class OciSandbox:
         self.shim: tuple[Path, Path] | None = None  # the uv shim (set by the backend)
         self._engine_files: dict[str, bytes] = {}
         self.image: ImageRecord | None = None
-        self.volume: _volumes.StorageVolume | None = None  # the storage ceiling, when on one
         self.network: _netns.TrialNetwork | None = None  # its sealed link, when it has network
         self.secrets = Masker()  # masked in every log as written (the trial's)
         self.logs = _logcap.LogCaps()  # each log capped, its cut noted in the evidence
@@ -295,12 +303,12 @@ class OciSandbox:
         return Usage(reading.memory_bytes, reading.cpu_usage_s, used, free)
 
     def _storage(self) -> tuple[int | None, int | None]:
-        """The volume's free and used bytes, read from the host as the process backend does."""
-        reading = self.volume.free_and_used() if self.volume is not None else None
-        if reading is None or self.volume is None:
+        """The disk's free and used bytes, read from the host as the process backend does."""
+        reading = self.disk.free_and_used() if self.disk is not None else None
+        if reading is None or self.disk is None:
             return None, None
         free, used = reading
-        self._storage_full |= self.volume.is_full(free)
+        self._storage_full |= self.disk.is_full(free)
         self._storage_peak = max(self._storage_peak, used)
         return free, used
 
@@ -336,11 +344,11 @@ class OciSandbox:
             cpu_throttled_periods=c.cpu_throttled_periods,
             cpu_throttled_s=c.cpu_throttled_s,
             cpu_usage_s=c.cpu_usage_s,
-            storage_used_bytes=self._storage_peak if self.volume is not None else None,
+            storage_used_bytes=self._storage_peak if self.disk is not None else None,
             storage_ceiling_bytes=self.limits.storage_ceiling_bytes,
             storage_full=self._storage_full or (self._layer_capped and self.host_disk.full),
-            storage_written_bytes=disks.written_bytes(self.volume.image)
-            if self.volume is not None
+            storage_written_bytes=disks.written_bytes(self.disk.image)
+            if self.disk is not None
             else None,
             host_disk_free_min_bytes=self.host_disk.least_free_bytes,
             host_disk_full=self.host_disk.full and not self._layer_capped,
@@ -390,12 +398,12 @@ class OciSandbox:
     def collect_logs(self, dest: Path) -> tuple[str, ...]:
         """Copy the container's /logs tree to `dest` (works on a stopped container too): links
         stay links, FIFOs, sockets and devices stay behind. Returns what was not copied. From
-        the storage volume on the host when /logs lives on one, as the process backend does
-        (sparse files stay sparse); else from the engine's archive."""
+        the storage disk on the host when the writable layer lives on one, as the process
+        backend does (sparse files stay sparse); else from the engine's archive."""
         dest.mkdir(parents=True, exist_ok=True)
-        if self.volume is not None:
+        if self.disk is not None:
             try:
-                fd = trees.open_dir(self.volume.root, PurePosixPath("logs"))
+                fd = self.disk.open_written(PurePosixPath("/logs"))
             except OSError:
                 return ()
             with trees.closing_fd(fd):
@@ -409,10 +417,7 @@ class OciSandbox:
         if self._closed:
             return
         self._closed = True
-        with contextlib.suppress(Exception):
-            self.api.remove_container(self.container_id, force=True, v=True)
-        if self.volume is not None:
-            _volumes.remove_volume(self.api, self.volume)
+        _layer_disk.remove_container(self.api, self.container_id, self.disk)
         if self.network is not None:
             _netns.destroy(self.network)
         self.kernel.close()
