@@ -20,7 +20,7 @@ from pathlib import Path
 from levelfield.masking import Masker
 from levelfield.policy import Limits
 from levelfield.records import Evidence, HostContext, Telemetry, TrialRecord
-from levelfield.sandbox import Backend, ReadOnlyMount, Sandbox
+from levelfield.sandbox import Backend, ReadOnlyMount, Sandbox, trial_roots
 from levelfield.tasks import Task
 from levelfield.telemetry import Sampler, TrialWatch
 
@@ -52,6 +52,7 @@ class TrialLife:
         self._lock = threading.Lock()
 
     def start(self, backend: Backend, mounts: Sequence[ReadOnlyMount] = ()) -> Sandbox:
+        trial_roots.mark(self.trial_dir.parent)  # hidden from other runs' process sandboxes
         box = backend.start(
             self.task,
             self.limits,

@@ -547,6 +547,7 @@ ATTACKS = [
         },
         note="ctrf.json",
         verifier_timeout=180,  # its apt-get install curl, where a container reaches Debian
+        storage_mb=512,  # its apt-get update and install write to the capped layer (1.5 GiB at 3x)
     ),
     Attack(  # an inotify watch on the places a grader writes, answered at once
         "inotify-writer",

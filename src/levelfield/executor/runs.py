@@ -45,6 +45,7 @@ from levelfield.sandbox import (
     PreparingBackend,
     RoutingBackend,
     get_backend,
+    trial_roots,
 )
 from levelfield.store import Store
 from levelfield.tasks import Dataset, TaskProblem, load_dataset
@@ -103,6 +104,7 @@ def run(
     _refuse_unrunnable(config, dataset, on_this_host)  # before anything is stored
     run_dir = config.out.resolve()
     with Store.open_for_writing(run_dir) as store:
+        trial_roots.mark(run_dir)  # its records and trials, hidden from other runs' sandboxes
         run_id = store.meta().get("run_id") or uuid.uuid4().hex[:12]
         options = BackendOptions(run_id, run_dir, config.uv_shim, config.image)
         backend = get_backend(config.backend, options)

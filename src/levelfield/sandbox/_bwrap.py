@@ -24,7 +24,7 @@ import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 
-from levelfield.sandbox import DEFAULT_CAPABILITIES
+from levelfield.sandbox import DEFAULT_CAPABILITIES, trial_roots
 from levelfield.sandbox._system_view import view_of
 
 # Host directories the userland needs, bound read-only when present. /var carries dpkg state and
@@ -143,7 +143,8 @@ def host_private_entries(roots: tuple[str, ...] = SYSTEM_DIRS[1:]) -> tuple[Path
     bit): /etc/shadow, private keys, the container engines' storage, a root-only key file. The
     agent is root in its sandbox, so these are hidden from it. /usr is left out: it holds
     programs, and walking it costs seconds. Walked once per process (~0.5 s on a busy host);
-    an entry with nothing to read is left alone."""
+    an entry with nothing to read is left alone. A folder of trials (`trial_roots`) is covered
+    whole, whatever its modes, and not walked."""
     found: list[Path] = []
     stack = [Path(root) for root in roots if Path(root).is_dir()]
     while stack:
@@ -151,6 +152,9 @@ def host_private_entries(roots: tuple[str, ...] = SYSTEM_DIRS[1:]) -> tuple[Path
         try:
             entries = list(os.scandir(directory))
         except OSError:
+            continue
+        if any(entry.name == trial_roots.MARK for entry in entries):
+            found.append(directory)
             continue
         for entry in entries:
             try:

@@ -26,6 +26,7 @@ from levelfield.sandbox import (
     _seccomp,
     cgroups,
     disks,
+    trial_roots,
 )
 from levelfield.sandbox.process import _workspace
 from levelfield.sandbox.process._sandbox import ProcessSandbox
@@ -47,9 +48,11 @@ class ProcessBackend:
 
     def hidden(self, task: Task) -> list[Path]:
         """What the agent must not read though it lies in a bound system directory: the host's
-        root-only entries, the run directory and the dataset."""
+        root-only entries, the run directory, every folder of trials on this host (this run's
+        and any other's, `trial_roots`) and the dataset."""
         private = _bwrap.host_private_entries()
-        return [*private, self.options.run_dir.resolve(), task.path.resolve().parent]
+        others = trial_roots.registered()
+        return [*private, *others, self.options.run_dir.resolve(), task.path.resolve().parent]
 
     def check(self) -> list[str]:
         problems = [
