@@ -34,9 +34,10 @@ PODMAN_SOCKET = "unix:///run/podman/podman.sock"
 SPIKE = REPO / "examples" / "harbor" / "memory-spike"
 TB2_TASK = "regex-log"  # as in test_harbor.py: builds offline, its verifier runs uvx
 SPIKES = {"spike-image": "oci", "spike-host": "process"}
+UNDONE = "undone"  # the spike left undone: its tests fail, under every policy
 
 
-def _spike_task(root: Path, name: str, *, userland: str | None) -> None:
+def _spike_task(root: Path, name: str, *, userland: str | None, undone: bool = False) -> None:
     task = root / name
     shutil.copytree(SPIKE, task)
     if userland:
@@ -44,12 +45,15 @@ def _spike_task(root: Path, name: str, *, userland: str | None) -> None:
         toml.write_text(
             toml.read_text().replace("[environment]", f'[environment]\nuserland = "{userland}"')
         )
+    if undone:  # its own instruction, for the scripted model to answer with its own solution
+        (task / "instruction.md").write_text("Leave the index unbuilt.\n")
+        (task / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
 
 
 @pytest.fixture(scope="module")
 def evals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One eval under strict (retrying errored samples once) and one under 3x, run at once on
-    the same three Harbor tasks; their logs, read with Inspect's own reader."""
+    the same four Harbor tasks; their logs, read with Inspect's own reader."""
     require([] if INSPECT.is_file() else [str(INSPECT)], "Inspect (scripts/inspect_setup.sh)")
     if not (TB2_SAMPLE / TB2_TASK).is_dir():
         require([str(TB2_SAMPLE / TB2_TASK)], "the TB2 sample")
@@ -62,6 +66,7 @@ def evals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     dataset = root / "dataset"
     _spike_task(dataset, "spike-image", userland=None)
     _spike_task(dataset, "spike-host", userland="host")
+    _spike_task(dataset, UNDONE, userland="host", undone=True)
     (dataset / TB2_TASK).symlink_to(TB2_SAMPLE / TB2_TASK)
     env = {**os.environ, "DOCKER_HOST": PODMAN_SOCKET, "LEVELFIELD_HARBOR_DIR": str(root / "cache")}
     runs = {
@@ -145,8 +150,13 @@ def test_strict_the_spike_is_a_sample_error_naming_the_kill_left_out_of_the_scor
     assert not [run for run in runs if run.exists()]  # each Inspect process removed its run
     assert log.results is not None
     (score,) = log.results.scores
-    assert (log.results.total_samples, score.scored_samples) == (3, 1)  # errors: not scored
-    assert score.metrics["accuracy"].value == 1.0  # the kills are not the agent's failures
+    assert (log.results.total_samples, score.scored_samples) == (4, 2)  # errors: not scored
+    assert score.metrics["accuracy"].value == 0.5  # the kills are not the agent's failures
+    assert _record(log_path, TB2_TASK).outcome is Outcome.PASSED  # the records say the same
+    undone = _record(log_path, UNDONE)
+    assert (undone.outcome, undone.reason, undone.reward) == (
+        Outcome.FAILED, Reason.TESTS_FAILED, 0.0
+    )
 
 
 @pytest.mark.inspect
@@ -158,7 +168,7 @@ def test_3x_every_sample_passes_and_the_spike_needed_more_than_its_spec(
     log_path, log = evals["3x"]
     for name, sample in _samples(log).items():
         assert sample.error is None, sample.error
-        assert sample.scores["harbor_scorer"].value == 1.0, name
+        assert sample.scores["harbor_scorer"].value == (0.0 if name == UNDONE else 1.0), name
     for name in SPIKES:
         record = _record(log_path, name)
         assert record.policy == "headroom"
@@ -192,9 +202,11 @@ def test_levelfield_import_of_the_inspect_logs_gives_their_verdicts_and_reports(
         assert records[(name, "headroom")].outcome is Outcome.PASSED
     for policy in ("strict", "headroom"):
         assert records[(TB2_TASK, policy)].outcome is Outcome.PASSED
+        undone = records[(UNDONE, policy)]
+        assert (undone.outcome, undone.reason) == (Outcome.FAILED, Reason.TESTS_FAILED)
     again = subprocess.run([*cli, "import", "inspect", *logs, "--out", str(out)],
                            capture_output=True, text=True)  # fmt: skip
-    assert "imported 0 trials (6 already there" in " ".join(again.stdout.split())
+    assert "imported 0 trials (8 already there" in " ".join(again.stdout.split())
     report = subprocess.run([*cli, "report", str(out)], capture_output=True, text=True,
                             env={**os.environ, "COLUMNS": "200"})  # fmt: skip
     assert report.returncode == 0, report.stderr

@@ -134,16 +134,16 @@ class HostedSandbox:
         self._box, self._life = life.start(backend), life
         self.mark("agent")
 
-    def close(self, passed: bool, reward: float | None = None) -> CeilingHit | None:
+    def close(self, passed: bool | None, reward: float | None = None) -> CeilingHit | None:
         """Close the sandbox and write the record (`reward`: the grader's, when the harness
-        says it). Returns the ceiling hit to raise when one was survived by its exec but the
-        trial did not pass."""
+        says it; `passed` None: the harness gave no verdict). Returns the ceiling hit to raise
+        when one was survived by its exec and the trial did not pass."""
         life, box, self._box = self._life, self._box, None
         if box is None or life is None:
             return None
         self.mark("done")
         evidence = self._with_grader_evidence(life.end(lambda box: self._close_grader()))
-        late = None if passed else self.survived()
+        late = self.survived() if passed is False else None
         if late is not None:
             self.note_raised(late)
         self._write_record(life, box, evidence, passed, reward)
@@ -346,7 +346,7 @@ class HostedSandbox:
         life: TrialLife,
         box: Sandbox,
         evidence: Evidence,
-        passed: bool,
+        passed: bool | None,
         reward: float | None,
     ) -> None:
         """The one record type, decided as a native trial is from what the sandbox saw: the

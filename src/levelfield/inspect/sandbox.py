@@ -115,8 +115,9 @@ class LevelfieldSandbox(SandboxEnvironment):
         late: CeilingHit | None = None
         for env in environments.values():
             if isinstance(env, LevelfieldSandbox):
-                passed = _sample_passed()
-                hit = await anyio.to_thread.run_sync(env.box.close, passed is not False)
+                score = _sample_score()
+                passed = None if score is None else score >= 1.0
+                hit = await anyio.to_thread.run_sync(env.box.close, passed, score)
                 if hit is not None and passed is False:
                     late = late or hit
         if late is not None and not interrupted:
@@ -279,8 +280,10 @@ def _report(hit: CeilingHit) -> None:
     )
 
 
-def _sample_passed() -> bool | None:
-    """Whether every score of the running sample is full marks; None when it has none."""
+def _sample_score() -> float | None:
+    """The running sample's reward for the record: its lowest score (a pass needs every one at
+    full marks); None when it has none (its scorer raised, or none ran), which the record books
+    as a grader that gave no reward, never as a pass."""
     from inspect_ai.scorer import value_to_float
     from inspect_ai.solver._task_state import sample_state
 
@@ -289,7 +292,7 @@ def _sample_passed() -> bool | None:
     if not scores:
         return None
     to_float = value_to_float()
-    return all(to_float(score.value) >= 1.0 for score in scores.values())
+    return min(to_float(score.value) for score in scores.values())
 
 
 def _quiet_the_compose_warning() -> None:
