@@ -129,6 +129,22 @@ def test_a_full_disk_is_decided_by_the_disk_not_by_what_the_agent_printed(
     assert record.evidence.host_disk_free_min_bytes is not None  # the engine's disk, read too
 
 
+MANY_FILES = "mkdir /root/f && cd /root/f && for i in $(seq 1 6000); do : > f$i || exit 1; done"
+
+
+def test_a_disk_out_of_inodes_is_the_ceilings_not_the_agents(
+    make_task: MakeTask, backend: object, tmp_path: Path
+) -> None:
+    """Under the ceiling's disk (the whole writable layer), six thousand empty files run a
+    16 MiB ext4 out of inodes with its bytes left: storage_exhausted, with the note that says
+    which, never the agent's failure."""
+    task = load_task(make_task("files", solve=f"{MANY_FILES} && touch /app/done", storage_mb=16))
+    record = _run(backend, task, "strict", tmp_path / "files")
+    assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.STORAGE_EXHAUSTED)
+    assert (record.evidence.storage_used_bytes or 0) < 8 << 20
+    assert any("ran out of inodes" in n for n in record.evidence.notes), record.evidence.notes
+
+
 # --- a grader that could not grade: Terminal-Bench 2.0 tasks, the agent's doing or not ----------
 
 TB2_DPKG_INTERRUPTED = """set -e

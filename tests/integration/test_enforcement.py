@@ -86,6 +86,26 @@ def test_writing_past_the_storage_ceiling_is_storage_exhausted(
     assert run_one(task, tmp_path / "headroom", "headroom").outcome is Outcome.PASSED
 
 
+INODES = "mkdir /app/many && cd /app/many && for i in $(seq 1 6000); do : > f$i || exit 1; done"
+
+
+@pytest.mark.cgroup2
+def test_running_out_of_files_on_the_ceilings_disk_is_storage_exhausted(
+    make_task: MakeTask, tmp_path: Path
+) -> None:
+    """The ceiling is a number of bytes; the disk that enforces it has a number of inodes too
+    (4,096 on a 16 MiB ext4). Six thousand empty files take next to no bytes and run it out:
+    that is the ceiling's disk refusing, not the agent failing its task."""
+    task = make_task("files", solve=f"{INODES} && touch /app/done", storage_mb=16)
+    strict = run_one(task, tmp_path / "strict", "strict")
+    assert (strict.outcome, strict.reason) == (Outcome.INFRA_ERROR, Reason.STORAGE_EXHAUSTED)
+    assert strict.evidence.storage_full
+    assert (strict.evidence.storage_used_bytes or 0) < 8 << 20  # bytes were left
+    assert "No space left on device" in strict.agent_phase.output_tail
+    notes = " ".join(strict.evidence.notes)
+    assert "inodes" in notes and "of 4096" in notes, notes
+
+
 @pytest.mark.cgroup2
 def test_floors_are_written_where_the_kernel_reads_them(
     make_task: MakeTask, tmp_path: Path

@@ -21,6 +21,7 @@ from levelfield.errors import SandboxStartError
 # leaves up to 1 MiB), so "full" is free space under 1 MiB or 1 % of the disk.
 FULL_BELOW_BYTES = 1 << 20
 FULL_BELOW_FRACTION = 0.01
+FULL_BELOW_INODES = 16
 # The host's filesystem is "full" for a trial's uncapped writes below the smaller of these: on a
 # big disk, package installs and builds write in tens of MiB, so less than 64 MiB free fails them
 # as surely as none does; a small disk (a 48 MiB run directory) is not full at 39 MiB free.
@@ -30,13 +31,33 @@ HOST_FULL_BELOW_FRACTION = 0.05
 
 def is_full(root: Path | int, free_bytes: int) -> bool:
     """Whether a capped disk mounted at `root` (or a descriptor of it) is full with
-    `free_bytes` left."""
+    `free_bytes` left, or with next to no inodes left: the ceiling is a number of bytes, but
+    the ext4 that enforces it refuses a new file once its inodes are gone, and that refusal
+    is the ceiling's, not the agent's failing its task."""
     try:
         st = os.statvfs(root)
     except OSError:
         return False
     capacity = st.f_blocks * st.f_frsize
-    return free_bytes < max(FULL_BELOW_BYTES, FULL_BELOW_FRACTION * capacity)
+    return free_bytes < max(FULL_BELOW_BYTES, FULL_BELOW_FRACTION * capacity) or _no_inodes(st)
+
+
+def inodes_out(root: Path | int) -> str | None:
+    """The evidence's note when the disk at `root` ran out of inodes rather than bytes."""
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return None
+    if not _no_inodes(st):
+        return None
+    return (
+        f"storage ceiling: its disk ran out of inodes ({st.f_files - st.f_ffree} of "
+        f"{st.f_files} used) before bytes: a new file there fails with ENOSPC"
+    )
+
+
+def _no_inodes(st: os.statvfs_result) -> bool:
+    return st.f_files > 0 and st.f_favail < max(FULL_BELOW_INODES, FULL_BELOW_FRACTION * st.f_files)
 
 
 def written_bytes(image: Path) -> int | None:

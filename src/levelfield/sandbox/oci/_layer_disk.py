@@ -47,6 +47,9 @@ class LayerDisk:
     def is_full(self, free_bytes: int) -> bool:
         return disks.is_full(self.fd, free_bytes)
 
+    def inodes_out(self) -> str | None:
+        return disks.inodes_out(self.fd)
+
     def open_written(self, path: PurePosixPath) -> int:
         """A folder of the container as written during the trial (its upper layer), by
         descriptor: what the image itself holds there is not the trial's."""

@@ -108,6 +108,7 @@ class OciSandbox:
         self.secrets = Masker()  # masked in every log as written (the trial's)
         self.logs = _logcap.LogCaps()  # each log capped, its cut noted in the evidence
         self._storage_full = False
+        self._inodes_out: str | None = None  # the ceiling's disk ran out of inodes, said
         self._storage_peak = 0
 
     def _weigh_for_the_floor(self, notes: list[str]) -> None:
@@ -308,7 +309,9 @@ class OciSandbox:
         if reading is None or self.disk is None:
             return None, None
         free, used = reading
-        self._storage_full |= self.disk.is_full(free)
+        if self.disk.is_full(free):
+            self._storage_full = True
+            self._inodes_out = self._inodes_out or self.disk.inodes_out()
         self._storage_peak = max(self._storage_peak, used)
         return free, used
 
@@ -363,6 +366,7 @@ class OciSandbox:
                 *kills.notes(),
                 *self._unreadable_kill(oom_kills),
                 *self.logs.notes(),
+                *filter(None, [self._inodes_out]),
             ),
         )
 

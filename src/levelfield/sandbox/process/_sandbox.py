@@ -72,6 +72,7 @@ class ProcessSandbox:
         self.logs = logs  # each log capped, its cut noted in the evidence
         self._pumps: list[_output.LogPump] = []
         self._storage_full = False
+        self._inodes_out: str | None = None  # the ceiling's disk ran out of inodes, said
         self._storage_peak = 0
         self._lock = threading.Lock()
         self._closed = False
@@ -241,6 +242,7 @@ class ProcessSandbox:
         with self._lock:
             if free is not None and self.workspace.is_full(free):
                 self._storage_full = True
+                self._inodes_out = self._inodes_out or self.workspace.inodes_out()
             self._storage_peak = max(self._storage_peak, used or 0)
         return Usage(reading.memory_bytes, reading.cpu_usage_s, used, free)
 
@@ -271,7 +273,7 @@ class ProcessSandbox:
             outside_oom_kills=len(kills.outside),
             held_oom_kills=counters.held_oom_kills,
             held_pids_max_hits=counters.held_pids_max_hits,
-            notes=(*kills.notes(), *self.logs.notes()),
+            notes=(*kills.notes(), *self.logs.notes(), *filter(None, [self._inodes_out])),
         )
 
     def network_namespace(self) -> Path | None:

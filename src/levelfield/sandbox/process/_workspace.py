@@ -57,6 +57,9 @@ class Workspace:
     def is_full(self, free_bytes: int) -> bool:
         return disks.is_full(self.root, free_bytes)
 
+    def inodes_out(self) -> str | None:
+        return disks.inodes_out(self.root)
+
 
 def create_workspace(
     trial_dir: Path, workdir: PurePosixPath, storage_bytes: int | None
