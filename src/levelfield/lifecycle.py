@@ -52,7 +52,7 @@ class TrialLife:
         self._lock = threading.Lock()
 
     def start(self, backend: Backend, mounts: Sequence[ReadOnlyMount] = ()) -> Sandbox:
-        trial_roots.mark(self.trial_dir.parent)  # hidden from other runs' process sandboxes
+        trial_roots.mark(self.trial_dir.parent)  # hidden from other runs' sandboxes (if not yet)
         box = backend.start(
             self.task,
             self.limits,

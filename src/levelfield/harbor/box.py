@@ -25,7 +25,7 @@ from levelfield.harbor.record import RECORD_DIR
 from levelfield.hosted.commands import ExecCall, ceiling_hit, shell_command
 from levelfield.hosted.sandbox import HostedSandbox, Hosting
 from levelfield.policy import Policy
-from levelfield.sandbox import Sandbox, trees
+from levelfield.sandbox import Sandbox, trees, trial_roots
 from levelfield.tasks import Task
 
 __all__ = ["ExecCall", "HarborBox", "ceiling_hit", "shell_command"]
@@ -51,6 +51,7 @@ class HarborBox(HostedSandbox):
         )
         super().__init__(task, policy, hosting)
         self.options, self.trial_dir = options, trial_dir
+        trial_roots.mark(trial_dir.parent)  # the job's folder: every trial of it, marked once
 
     def stop(self, reward: float | None) -> CeilingHit | None:
         """Close the sandbox and write the record. Returns the ceiling hit to raise when one

@@ -27,9 +27,12 @@ _SAID = "Trials of levelfield keep their files here: hidden from every process s
 
 
 def mark(folder: Path) -> None:
-    """Mark `folder` and register it; both best effort (a registry that cannot be written leaves
+    """Mark `folder` and register it, unless a folder above it is marked already (a run's
+    directory holds its trials); both best effort (a registry that cannot be written leaves
     the mark, which the next process's walk finds)."""
     folder = folder.resolve()
+    if any((above / MARK).is_file() for above in folder.parents):
+        return
     with contextlib.suppress(OSError):
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / MARK).exists():
