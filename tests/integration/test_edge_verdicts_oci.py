@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -143,6 +144,32 @@ def test_a_disk_out_of_inodes_is_the_ceilings_not_the_agents(
     assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.STORAGE_EXHAUSTED)
     assert (record.evidence.storage_used_bytes or 0) < 8 << 20
     assert any("ran out of inodes" in n for n in record.evidence.notes), record.evidence.notes
+
+
+GROW_ENGINE_FILES = (
+    'echo "localhost lines: $(grep -c localhost /etc/hosts), hostname: $(cat /etc/hostname)"; '
+    "dd if=/dev/zero bs=1M count=48 >> /etc/hosts && dd if=/dev/zero bs=1M count=48 >> "
+    "/etc/hostname && touch /app/done"
+)
+
+
+def test_the_files_the_engine_binds_in_are_under_the_ceiling(
+    make_task: MakeTask, backend: object, tmp_path: Path
+) -> None:
+    """/etc/hosts and /etc/hostname are the engine's files, bound in from its own disk: appended
+    to, they would take the engine's disk past the trial's ceiling (and every trial's room).
+    They are moved onto the container's root before the agent runs: the writes meet the
+    16 MiB ceiling, and the files read as the engine wrote them."""
+    task = load_task(make_task("etc", solve=GROW_ENGINE_FILES, storage_mb=16))
+    record = _run(backend, task, "strict", tmp_path / "etc")
+    assert (record.outcome, record.reason) == (Outcome.INFRA_ERROR, Reason.STORAGE_EXHAUSTED), (
+        record.error
+    )
+    said = record.agent_phase.output_tail if record.agent_phase else ""
+    assert "No space left on device" in said and "localhost lines: 0" not in said, said
+    assert re.search(r"localhost lines: [1-9], hostname: \w", said), said
+    notes = " ".join(record.evidence.notes)
+    assert "/etc/hosts" in notes and "moved onto its own root" in notes, notes
 
 
 # --- a grader that could not grade: Terminal-Bench 2.0 tasks, the agent's doing or not ----------

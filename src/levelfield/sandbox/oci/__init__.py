@@ -37,7 +37,15 @@ from levelfield.sandbox import (
     _seccomp,
     cgroups,
 )
-from levelfield.sandbox.oci import _engine, _images, _layer_disk, _offline, _pull, _reconnect
+from levelfield.sandbox.oci import (
+    _engine,
+    _engine_files,
+    _images,
+    _layer_disk,
+    _offline,
+    _pull,
+    _reconnect,
+)
 from levelfield.sandbox.oci._sandbox import OciSandbox
 from levelfield.tasks import Task
 
@@ -250,6 +258,10 @@ class OciBackend:
             if task.allow_internet is not False:
                 sandbox.network = _link(self.options.run_id, trial_id, sandbox)
             sandbox.prepare(uv_shim=self.settings.uv_shim)
+            if limits.storage_ceiling_bytes is not None and sandbox.cgroup is not None:
+                moved = _engine_files.onto_the_container(sandbox.init_pid)  # a local engine's
+                if moved:
+                    notes.append(_engine_files.describe(moved))
             if disk is not None and not disk.holds_the_layer(PurePosixPath("/logs")):
                 raise SandboxStartError(
                     f"container for {task.name}: its writable layer is not on the storage "
