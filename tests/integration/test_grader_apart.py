@@ -111,12 +111,14 @@ dd if=/dev/zero of=/dev/null bs=80M count=1 && echo 1 > /logs/verifier/reward.tx
 GROWS_AND_FORKS = """cat > /tmp/leftover.sh <<'EOF'
 until grep -q levelfield-held /proc/self/cgroup; do sleep 0.1; done
 dd if=/dev/zero of=/dev/null bs=200M count=1
-sh -c 'i=0; while [ $i -lt 300 ]; do sleep 600 & i=$((i + 1)); done'
+sh -c 'i=0; while [ $i -lt 100 ]; do sleep 600 & i=$((i + 1)); done'
 touch /app/forked
 EOF
 nohup setsid bash /tmp/leftover.sh >/dev/null 2>&1 &
 """
-WAITS_THEN_WORKS = """for i in $(seq 600); do [ -e /app/forked ] && break; sleep 0.1; done
+# The grader waits for the leftover's forks (a minute and more in the emulated v2 VM: released
+# before, the hold would see them unrefused).
+WAITS_THEN_WORKS = """for i in $(seq 4000); do [ -e /app/forked ] && break; sleep 0.1; done
 for i in $(seq 30); do /bin/true || exit 1; done
 dd if=/dev/zero of=/dev/null bs=80M count=1 && echo 1 > /logs/verifier/reward.txt
 """
@@ -136,15 +138,16 @@ def test_memory_the_agent_holds_leaves_the_grader_its_whole_ceiling(
     assert leftovers("api-run", tmp_path / "run") == []
 
 
+@pytest.mark.cgroup2
 def test_a_leftover_past_its_bounds_while_held_is_killed_and_refused_alone(
     make_task: MakeTask, tmp_path: Path
 ) -> None:
     """Held, a leftover grows past the memory ceiling and forks past the pids ceiling: the kernel
     kills it and refuses its forks among the held alone, the grader forks and allocates, and
     the trial's own counters stay clean (no oom_killed, no pids_exhausted)."""
-    task_dir = make_task(solve=GROWS_AND_FORKS, test="true", memory_mb=128, verifier_timeout=120)
+    task_dir = make_task(solve=GROWS_AND_FORKS, test="true", memory_mb=128, verifier_timeout=600)
     (task_dir / "tests" / "test.sh").write_text("#!/bin/bash\n" + WAITS_THEN_WORKS)
-    policy = PRESETS["strict"].model_copy(update={"pids_max": 256})
+    policy = PRESETS["strict"].model_copy(update={"pids_max": 64})
     record = run_with_policy(task_dir, tmp_path / "run", policy)
     assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED)
     evidence = record.evidence
