@@ -172,6 +172,29 @@ def test_the_files_the_engine_binds_in_are_under_the_ceiling(
     assert "/etc/hosts" in notes and "moved onto its own root" in notes, notes
 
 
+def test_what_the_agent_writes_to_the_containers_own_output_is_kept_nowhere(
+    make_task: MakeTask, backend: object, tmp_path: Path
+) -> None:
+    """The container's init's stdout and stderr are the engine's to log, to a file on its own
+    disk beyond every ceiling (Docker's JSON log takes six bytes for each zero byte written):
+    an agent writing 64 MiB there leaves no log of them on the engine's disk."""
+    from levelfield.policy import PRESETS, apply_policy
+
+    task = load_task(make_task("out", storage_mb=16))
+    limits = apply_policy(PRESETS["strict"], task.spec)
+    box = backend.start(task, limits, trial_id="out", trial_dir=tmp_path / "t")  # type: ignore[attr-defined]
+    try:
+        write = "for fd in 1 2; do dd if=/dev/zero bs=1M count=32 > /proc/1/fd/$fd; done"
+        said = box.exec(write, timeout_s=120, log_path=tmp_path / "agent.log")
+        assert said.exit_code == 0, said.output_tail
+        inspected = box.api.inspect_container(box.container_id)
+        assert (inspected["HostConfig"].get("LogConfig") or {}).get("Type") == "none"
+        log = Path(inspected.get("LogPath") or "/nonexistent")
+        assert not log.is_file() or log.stat().st_size < 1 << 20, log.stat().st_size
+    finally:
+        box.close()
+
+
 # --- a grader that could not grade: Terminal-Bench 2.0 tasks, the agent's doing or not ----------
 
 TB2_DPKG_INTERRUPTED = """set -e

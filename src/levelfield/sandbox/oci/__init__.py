@@ -72,6 +72,10 @@ CONFINEMENT: dict[str, Any] = {
     "cap_drop": ["ALL"],
     "cap_add": [cap.upper() for cap in DEFAULT_CAPABILITIES],
     "cgroupns": "private",
+    # Nothing reads the container's own output (every phase is a streamed exec), and the
+    # engine's log of it is a file on the engine's disk, beyond every ceiling: an agent writing
+    # to /proc/1/fd/1 would fill it (Docker's JSON log takes six bytes for each zero byte).
+    "log_config": {"type": "none", "config": {}},
 }
 CONFINEMENT_OPTS = ["no-new-privileges"]  # and our seccomp profile (`_seccomp_opt`)
 API_TIMEOUT_S = 120  # one API call (not a phase: phases stream with no socket timeout)
