@@ -171,6 +171,25 @@ def test_the_graders_python_caches_its_bytecode_apart(make_task: MakeTask, tmp_p
     assert f"code object from '{grader.BYTECODE}/usr/lib/python3" in imports, imports[-3000:]
 
 
+FILLS_THE_CACHE = (
+    'dd if=/dev/zero of="$PYTHONPYCACHEPREFIX/blob" bs=1M count=400 2> /logs/verifier/dd.txt\n'
+    'df -B1 --output=size "$PYTHONPYCACHEPREFIX" | tail -1 >> /logs/verifier/dd.txt\n'
+    "echo 1 > /logs/verifier/reward.txt\n"
+)
+
+
+def test_the_graders_bytecode_cache_is_bounded(make_task: MakeTask, tmp_path: Path) -> None:
+    """The tests run the agent's code, and the cache is the grader's to write: a host folder
+    would take whatever that code writes there, uncapped. It is a disk of its own, and full it
+    changes no verdict (Python then caches nothing)."""
+    trial_dir, record = _run(make_task, tmp_path, solve="true", test=FILLS_THE_CACHE)
+    assert (record.outcome, record.reason) == (Outcome.PASSED, Reason.TESTS_PASSED)
+    said = (trial_dir / "logs" / "verifier" / "dd.txt").read_text()
+    assert "No space left on device" in said, said
+    assert int(said.split()[-1]) <= grader.BYTECODE_BYTES, said
+    assert not (trial_dir / f"{grader.BYTECODE_DIR}.img").exists()  # gone with the grader
+
+
 RAW_SOCKET = (
     "python3 -c 'import socket\ntry:\n socket.socket(socket.AF_INET, socket.SOCK_RAW, "
     'socket.IPPROTO_UDP); print("raw: opened")\nexcept PermissionError as e: '

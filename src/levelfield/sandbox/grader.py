@@ -64,6 +64,9 @@ TMPDIR = PurePosixPath("/run/levelfield-grader/tmp")
 # module at every start: on a busy host the round trips made a test's program miss its 0.5 s).
 BYTECODE = PurePosixPath("/run/levelfield-grader/bytecode")
 BYTECODE_DIR = "grader-bytecode"
+# Its own sparse disk: the code under test runs in the grader and may write anything there, and a
+# host folder would take it uncapped. Full, it costs speed only: Python then caches nothing.
+BYTECODE_BYTES = 256 << 20
 # Where each grader path lives on its disk, and with which mode.
 LAYOUT = {TESTS: ("tests", 0o755), VERIFIER: ("verifier", 0o755), HOME: ("home", 0o700),
           TMPDIR: ("tmp", 0o1777)}  # fmt: skip
@@ -458,10 +461,11 @@ def _last_words(log_path: Path, offset: int) -> str:
 
 
 def _release(disk: Path, image: Path) -> None:
-    disks.unmount(disk)
-    image.unlink(missing_ok=True)
-    shutil.rmtree(disk, ignore_errors=True)
-    shutil.rmtree(disk.with_name(BYTECODE_DIR), ignore_errors=True)
+    bytecode = disk.with_name(BYTECODE_DIR)
+    for folder, its_image in ((disk, image), (bytecode, _image_of(bytecode))):
+        disks.unmount(folder)
+        its_image.unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _tool(name: str) -> str:
@@ -473,11 +477,19 @@ def _tool(name: str) -> str:
 
 
 def _bytecode_dir(prefix: Path) -> None:
-    """Empty (a killed run's is never this trial's to trust), and writable by whichever user the
-    tests run as, like a TMPDIR."""
+    """Empty (a killed run's is never this trial's to trust), on a disk of its own (unwitnessed:
+    each import would wait on the witness), and writable by whichever user the tests run as,
+    like a TMPDIR."""
+    disks.unmount(prefix)
     shutil.rmtree(prefix, ignore_errors=True)
     prefix.mkdir()
+    disks.mount_ext4(_image_of(prefix), prefix, BYTECODE_BYTES)
     prefix.chmod(0o1777)
+    shutil.rmtree(prefix / "lost+found", ignore_errors=True)
+
+
+def _image_of(folder: Path) -> Path:
+    return folder.with_name(f"{folder.name}.img")
 
 
 def _befell(held: _held_apart.HeldApart) -> str:
