@@ -1,10 +1,11 @@
 """Claim: a container costs a trial well under a second over the process sandbox.
 
 Per trial, on one trivial task (image already built and cached): start (create + start the
-container / cgroup + bubblewrap init), one `exec` of `true`, one `copy_in` of a small tests/
-directory, one `read_file`, and close (remove). Both backends run in the same invocation,
-alternating, so host load affects both alike. Prints the median and p90 of each phase per backend
-and the ratio of the per-trial medians. Needs root, an engine (scripts/oci_setup.sh) and the
+container / cgroup + bubblewrap init; under headroom, so with the storage ceiling's disk), one
+`exec` of `true`, one `copy_in` of a small tests/ directory (into the workdir), one `read_file`,
+and close (remove). Both backends run in the same invocation, alternating, so host load affects
+both alike. Prints the median and p90 of each phase per backend and the ratio of the per-trial
+medians. Needs root, an engine (scripts/oci_setup.sh) and the
 stand-in bases (`levelfield images offline-bases`).
 
     python benchmarks/oci_overhead.py [N]
@@ -24,6 +25,7 @@ from levelfield.sandbox import Backend, BackendOptions, oci, process
 from levelfield.tasks import Task, load_task
 
 PHASES = ("start", "exec", "copy_in", "read_file", "close", "trial")
+COPIED = PurePosixPath("/app/tests")
 
 
 def make_task(root: Path) -> Task:
@@ -53,10 +55,13 @@ def one_trial(backend: Backend, task: Task, trial_id: str, work: Path) -> dict[s
     box = timed(
         "start", lambda: backend.start(task, limits, trial_id=trial_id, trial_dir=trial_dir)
     )
-    timed("exec", lambda: box.exec("true", timeout_s=30, log_path=trial_dir / "exec.log"))  # type: ignore[attr-defined]
-    timed("copy_in", lambda: box.copy_in(task.tests_dir, PurePosixPath("/tests")))  # type: ignore[attr-defined]
-    timed("read_file", lambda: box.read_file(PurePosixPath("/tests/test.sh")))  # type: ignore[attr-defined]
-    timed("close", box.close)  # type: ignore[attr-defined]
+    try:
+        timed("exec", lambda: box.exec("true", timeout_s=30, log_path=trial_dir / "exec.log"))  # type: ignore[attr-defined]
+        # into the workdir: /tests is the grader's own, apart from the sandbox on both backends
+        timed("copy_in", lambda: box.copy_in(task.tests_dir, COPIED))  # type: ignore[attr-defined]
+        timed("read_file", lambda: box.read_file(COPIED / "test.sh"))  # type: ignore[attr-defined]
+    finally:
+        timed("close", box.close)  # type: ignore[attr-defined]
     times["trial"] = time.perf_counter() - t0
     return times
 

@@ -428,3 +428,25 @@ def test_kill_9_mid_run_then_resume_runs_every_trial_once_with_no_container_left
         assert all(r.outcome is Outcome.PASSED for r in store.records())
     assert len(keys) == len(set(keys)) == 6
     assert _containers(run_id) == []
+
+
+def test_the_engines_diff_is_read_as_a_stream_and_kept_where_the_grader_looks(
+    make_task: MakeTask, backend: object, tmp_path: Path
+) -> None:
+    """Twenty thousand files in /app and a pip.conf in /etc: the sandbox's changes are the
+    engine's own diff (its whole answer, as the SDK reads it) less what the grader never reads."""
+    from levelfield.sandbox.oci._changes import kept
+
+    task = load_task(make_task("diff", storage_mb=256))  # 65,536 inodes
+    limits = apply_policy(PRESETS["strict"], task.spec)
+    box = backend.start(task, limits, trial_id="diff", trial_dir=tmp_path / "t")  # type: ignore[attr-defined]
+    try:
+        plant = "mkdir /app/junk && cd /app/junk && seq 20000 | xargs touch; echo x > /etc/pip.conf"
+        assert box.exec(plant, timeout_s=120, log_path=tmp_path / "agent.log").exit_code == 0
+        whole = [(c["Path"], int(c["Kind"])) for c in box.api.diff(box.container_id)]
+        assert len(whole) > 20000
+        read = box.changes()
+        assert sorted(read) == sorted((path, kind) for path, kind in whole if kept(path))
+        assert ("/etc/pip.conf", 1) in read and not any(p.startswith("/app/junk/") for p, _ in read)
+    finally:
+        box.close()

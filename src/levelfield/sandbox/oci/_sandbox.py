@@ -39,7 +39,14 @@ from levelfield.sandbox import (
     disks,
     trees,
 )
-from levelfield.sandbox.oci import _container, _engine, _grader, _layer_disk, _offline
+from levelfield.sandbox.oci import (
+    _changes,
+    _container,
+    _engine,
+    _grader,
+    _layer_disk,
+    _offline,
+)
 from levelfield.tasks import Task
 
 LOG_DIRS = ("logs", "logs/agent", "logs/verifier", "logs/artifacts")
@@ -290,7 +297,7 @@ class OciSandbox:
         """The engine's diff of the container against its image: (path, kind), kind 0 changed,
         1 added, 2 deleted. What the harness asks when a grader could not run its tools."""
         try:
-            return [(c["Path"], int(c["Kind"])) for c in self.api.diff(self.container_id) or ()]
+            return _changes.container_changes(self.api, self.container_id)
         except Exception:  # an engine without the endpoint, or a container already gone
             return None
 
