@@ -384,17 +384,23 @@ def engine_on_a_small_disk(tmp_path: Path, stand_ins: str) -> Iterator[str]:
 
 
 def _wait_for_processes_naming(path: Path, timeout_s: float = 60) -> None:
-    """Until no process has `path` in its command line; SIGKILL what is left after the timeout."""
-    def naming() -> list[int]:
+    """Until no process has `path` in its command line; SIGKILL what is left after the timeout.
+    An exec session's conmon is killed at once: it would only sit out its exit delay (300 s)
+    to run that cleanup command later."""
+    def naming(program: bytes = b"") -> list[int]:
         found = []
         for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
             try:
-                if str(path).encode() in cmdline.read_bytes():
-                    found.append(int(cmdline.parent.name))
+                argv = cmdline.read_bytes()
             except OSError:
                 continue
+            if str(path).encode() in argv and argv.split(b"\0")[0].endswith(program):
+                found.append(int(cmdline.parent.name))
         return [pid for pid in found if pid != os.getpid()]
 
+    for pid in naming(b"conmon"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + timeout_s
     while naming() and time.monotonic() < deadline:
         time.sleep(0.2)
