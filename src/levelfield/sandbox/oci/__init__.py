@@ -315,23 +315,22 @@ class OciBackend:
         if ceiling is None or not _layer_disk.is_possible(self.report().url):
             return self._create(task, image, args, trial_id, bound), None, self._quota_refused
         placed: list[_layer_disk.LayerDisk] = []
+        unenforced: list[str] = []
 
-        def place(inspected: dict[str, Any]) -> str:
+        def place(inspected: dict[str, Any]) -> None:
             layer = _layer_disk.layer_of(inspected)
             if layer is None:
                 driver = (inspected.get("GraphDriver") or {}).get("Name", "?")
-                return f"the engine's {driver} storage has no overlay layer folder to cap"
-            placed.append(_layer_disk.place(layer, trial_dir, ceiling))
-            return ""
+                why = f"the engine's {driver} storage has no overlay layer folder to cap"
+                unenforced.append(why)
+            else:
+                placed.append(_layer_disk.place(layer, trial_dir, ceiling))
 
         def release() -> None:  # the container is not running: the disk comes off its layer
             while placed:
                 _layer_disk.release(placed.pop())
 
-        unenforced: list[str] = []
-        container_id = self._create(
-            task, image, args, trial_id, bound, (place, release), unenforced
-        )
+        container_id = self._create(task, image, args, trial_id, bound, (place, release))
         return container_id, (placed or [None])[0], "; ".join(unenforced)
 
     def _create(
@@ -341,13 +340,11 @@ class OciBackend:
         args: dict[str, Any],
         trial_id: str,
         extra: list[Any],
-        before_start: tuple[Callable[[dict[str, Any]], str], Callable[[], None]] | None = None,
-        unplaced: list[str] | None = None,
+        before_start: tuple[Callable[[dict[str, Any]], None], Callable[[], None]] | None = None,
     ) -> str:
         """Create and start the container; _QuotaRefused if the engine refuses StorageOpt.
-        `before_start` is a hook that sees the created container's inspection (what it could
-        not do, said, goes to `unplaced`) and its undoing, run on a failure before the engine
-        removes the container (and its layer folder)."""
+        `before_start` is a hook that sees the created container's inspection, and its undoing,
+        run on a failure before the engine removes the container (and its layer folder)."""
         import docker.errors
 
         api = self.client.api
@@ -375,9 +372,7 @@ class OciBackend:
             )
             created = api.create_container(host_config=host_config, **config)
             if before_start is not None:
-                why = before_start[0](api.inspect_container(created["Id"]))
-                if why and unplaced is not None:
-                    unplaced.append(why)
+                before_start[0](api.inspect_container(created["Id"]))
             api.start(created["Id"])
             return str(created["Id"])
         except BaseException as exc:
